@@ -1,0 +1,82 @@
+"""What advice generators read: the incident, its budget, the failure, version-aware flag names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from oomdoctor.features import Feature
+from oomdoctor.model import Budget, Failure, Incident
+from oomdoctor.versions import at_least, at_most
+
+#: The dynamic share is planned with this much room beyond the failed allocation: the OOM shows
+#: only the last allocation of a peak; more of similar size usually follow it in the same forward,
+#: and the caching allocator rounds and fragments. 10% of the dynamic share, at least 1 GiB.
+MARGIN_SHARE = 0.10
+MARGIN_MIN_GIB = 1.0
+#: A raised fraction is placed this far above the smallest workable value.
+RAISE_MARGIN = 0.02
+
+
+@dataclass(frozen=True)
+class Context:
+    incident: Incident
+    budget: Budget
+    primary: Failure | None
+    features: Mapping[str, Feature]
+
+    # -- version-aware flag names (0.5.23 renamed the CUDA-graph knobs) -------------------------
+    @property
+    def new_graph_flags(self) -> bool | None:
+        v = self.incident.version
+        if at_least(v, "0.5.23"):
+            return True
+        if at_most(v, "0.5.10"):
+            return False
+        return None  # unknown: name both
+
+    def graph_bs_flag(self, prefill: bool = False) -> str:
+        if self.new_graph_flags is True:
+            return "--cuda-graph-max-bs-prefill" if prefill else "--cuda-graph-max-bs-decode"
+        return "--cuda-graph-max-bs"
+
+    def graph_bs_note(self) -> str:
+        if self.new_graph_flags is None:
+            return " (`--cuda-graph-max-bs-decode` from SGLang 0.5.23 on)"
+        return ""
+
+    def disable_graph_flag(self) -> str:
+        if self.new_graph_flags is True:
+            return "--cuda-graph-backend-decode=disabled"
+        return "--disable-cuda-graph"
+
+    # -- current values -------------------------------------------------------------------------
+    def arg_int(self, name: str) -> int | None:
+        if name == "tp_size":
+            return self.incident.tp_size
+        value = self.incident.server_args.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        summary = self.incident.summary
+        alias = {"chunked_prefill_size": "chunked", "max_running_requests": "max_running"}.get(name)
+        if summary is not None and alias:
+            num = summary.num(alias)
+            return int(num) if num is not None else None
+        return None
+
+    def graph_max_bs(self) -> int | None:
+        bs = self.arg_int("cuda_graph_max_bs")
+        if bs is not None:
+            return bs
+        config = self.incident.server_args.get("cuda_graph_config")
+        if isinstance(config, str):
+            import re
+
+            m = re.search(r"'decode': \{[^}]*'max_bs': (\d+)", config)
+            if m:
+                return int(m.group(1))
+        return None
+
+    def margin(self) -> float:
+        dynamic = self.budget.dynamic_gib or 0.0
+        return max(MARGIN_MIN_GIB, MARGIN_SHARE * dynamic)

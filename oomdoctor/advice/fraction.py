@@ -1,0 +1,441 @@
+"""Advice that moves --mem-fraction-static (and the levers beside it), with the arithmetic shown."""
+
+from __future__ import annotations
+
+from oomdoctor.advice.context import RAISE_MARGIN, Context
+from oomdoctor.budget import GIB, kv_at, round_down, round_up
+from oomdoctor.model import Action
+
+FLAG = "--mem-fraction-static"
+
+
+def _fmt_y(y: float | None) -> str:
+    return "unknown" if y is None else f"{y:.2f}" if round(y, 2) == round(y, 4) else f"{y:.3f}"
+
+
+def _tokens(ctx: Context, kv_gib: float) -> str:
+    bpt = ctx.budget.bytes_per_token
+    if bpt is None or kv_gib <= 0:
+        return ""
+    return f" (≈{int(kv_gib * GIB // bpt):,} tokens at {bpt:,} B/token)"
+
+
+def _window(ctx: Context) -> str:
+    b = ctx.budget
+    if b.y_min is None or b.y_max is None:
+        return ""
+    return f" The workable window is {b.y_min:.3f}–{b.y_max:.3f}."
+
+
+def levers_for_empty_window(ctx: Context) -> list[Action]:
+    """What moves the bounds when no fraction works, ranked by how much they free (GiB)."""
+    b = ctx.budget
+    out: list[Action] = []
+    weights = b.weights_gib
+    tp = ctx.arg_int("tp_size") or 1
+    if weights is not None:
+        out.append(
+            Action(
+                text=f"Double tensor parallelism (--tp-size {tp * 2}): weights per GPU fall from "
+                f"{weights:.2f} to about {weights / 2:.2f} GiB, freeing ≈{weights / 2:.2f} GiB per GPU.",
+                flag="--tp-size",
+                direction="raise",
+                value=tp * 2,
+                current=tp,
+            )
+        )
+        out.append(
+            Action(
+                text=f"Quantised weights (FP8, --quantization fp8 or an FP8 checkpoint) halve bf16 "
+                f"weights: ≈{weights / 2:.2f} GiB freed per GPU.",
+            )
+        )
+    if b.kv_gib is not None and b.bytes_per_token:
+        out.append(
+            Action(
+                text="An FP8 KV cache (--kv-cache-dtype fp8_e4m3) halves bytes per token "
+                f"({b.bytes_per_token:,} → {b.bytes_per_token // 2:,}), doubling the tokens a "
+                "given pool holds.",
+                flag="--kv-cache-dtype",
+                direction="set",
+                value="fp8_e4m3",
+            )
+        )
+    chunk = ctx.arg_int("chunked_prefill_size")
+    if chunk and chunk > 1024:
+        out.append(
+            Action(
+                text=f"A smaller --chunked-prefill-size ({chunk} → {chunk // 2}) lowers the runtime "
+                f"reserve by ≈{1.5 * (chunk - chunk // 2) / 1024:.1f} GiB (SGLang budgets 1.5 MiB per "
+                "prefill token).",
+                flag="--chunked-prefill-size",
+                direction="lower",
+                value=chunk // 2,
+                current=chunk,
+            )
+        )
+    if b.context_len and b.bytes_per_token:
+        out.append(
+            Action(
+                text=f"A shorter --context-length: each 1,000 tokens less needs "
+                f"{1000 * b.bytes_per_token / GIB:.2f} GiB less KV for one full request.",
+                flag="--context-length",
+                direction="lower",
+                current=b.context_len,
+            )
+        )
+    out.append(Action(text="A card with more memory (the same launch flags then fit)."))
+    return out
+
+
+def raise_fraction(ctx: Context) -> list[Action]:
+    b = ctx.budget
+    y = b.mem_fraction_static
+    if b.y_zero is None or b.pre_gib is None or b.post_gib is None:
+        return [
+            Action(
+                text="Raise --mem-fraction-static: its static share does not cover the weights plus "
+                "a KV pool. The log lacks the `Load weight begin/end` lines, so the exact value "
+                "cannot be computed; add them (full startup log) and run oomdoctor again.",
+                flag=FLAG,
+                direction="raise",
+                current=y,
+            )
+        ]
+    pre, post = b.pre_gib, b.post_gib
+    y_min = b.y_min if b.y_min is not None else b.y_zero
+    if b.window_empty:
+        return [
+            Action(
+                text=f"No value of {FLAG} works on this GPU: the KV pool needs y ≥ {y_min:.3f} "
+                f"({b.y_min_basis}) but activations need y ≤ {b.y_max:.3f} ({b.y_max_basis}). "
+                "Change what moves the bounds:",
+            ),
+            *levers_for_empty_window(ctx),
+        ]
+    # The middle of the window leaves room for both the pool and activations; without an upper
+    # bound, a small step above the smallest workable value.
+    target = y_min + RAISE_MARGIN
+    if b.y_max is not None:
+        target = max(target, (y_min + b.y_max) / 2)
+    suggested = _suggested_minimum(ctx)
+    if suggested is not None:
+        target = max(target, suggested + 0.005)
+    rec = round_up(target)
+    if b.y_max is not None and rec > b.y_max:
+        rec = round_down(b.y_max, 0.005)
+    kv = kv_at(rec, pre, post)
+    basis = (
+        f"KV(y) = post − (1 − y)·pre = {post:.2f} − (1 − y)·{pre:.2f}; empty at y = 1 − post/pre = "
+        f"{b.y_zero:.3f}; y_min {y_min:.3f} ({b.y_min_basis}); the value sits mid-window "
+        f"(at least y_min + {RAISE_MARGIN:.2f})"
+    )
+    actions = [
+        Action(
+            text=f"Set {FLAG} {_fmt_y(rec)} (today {_fmt_y(y)}). The KV pool is empty below "
+            f"{b.y_zero:.3f} (= 1 − {post:.2f}/{pre:.2f}); at {_fmt_y(rec)} it gets {kv:.2f} GiB"
+            f"{_tokens(ctx, kv)} and leaves {(1 - rec) * pre:.2f} GiB for activations."
+            + _window(ctx),
+            flag=FLAG,
+            direction="raise",
+            value=rec,
+            current=y,
+            basis=basis,
+        )
+    ]
+    if y is not None and y >= rec:
+        actions[0] = Action(
+            text=f"The log's numbers say {FLAG} {_fmt_y(y)} should already leave a KV pool "
+            f"(empty only below {b.y_zero:.3f}), yet SGLang found none: another pool (SWA, mamba "
+            "state, a draft model) or a rank with less free memory took it. Raise the fraction "
+            f"to {_fmt_y(min(rec + 0.03, b.y_max or 0.99))} and check every rank's `avail mem`.",
+            flag=FLAG,
+            direction="raise",
+            value=round_up(min(rec + 0.03, b.y_max or 0.99)),
+            current=y,
+            basis=basis,
+        )
+    share = (b.weights_gib or 0.0) / pre
+    if share > 0.85:
+        actions.extend(
+            [
+                Action(
+                    text=f"Weights take {share:.0%} of the free memory ({b.weights_gib:.2f} of "
+                    f"{pre:.2f} GiB), so even a high fraction leaves a small pool. Levers:"
+                ),
+                *levers_for_empty_window(ctx)[:3],
+            ]
+        )
+    return actions
+
+
+def _suggested_minimum(ctx: Context) -> float | None:
+    for failure in ctx.incident.failures:
+        s = failure.data.get("suggested")
+        if isinstance(s, float):
+            return s
+    return None
+
+
+def weights_do_not_fit(ctx: Context) -> list[Action]:
+    b = ctx.budget
+    oom = ctx.primary.oom if ctx.primary else None
+    loaded = oom.allocated_gib if oom and oom.allocated_gib is not None else None
+    free = b.pre_gib if b.pre_gib is not None else (oom.total_gib if oom else None)
+    head = "The weights themselves do not fit"
+    if loaded is not None and free is not None:
+        head += f": {loaded:.2f} GiB were loaded when {free:.2f} GiB free ran out"
+    out = [
+        Action(
+            text=head + ". --mem-fraction-static is irrelevant here (it only sizes the KV pool "
+            "after loading); reduce the weights per GPU:"
+        )
+    ]
+    tp = ctx.arg_int("tp_size") or 1
+    out.append(
+        Action(
+            text=f"Shard over more GPUs: --tp-size {tp * 2} halves the weights per GPU.",
+            flag="--tp-size",
+            direction="raise",
+            value=tp * 2,
+            current=tp,
+        )
+    )
+    out.append(
+        Action(text="Load quantised weights (an FP8/AWQ/GPTQ checkpoint or --quantization fp8).")
+    )
+    out.append(Action(text="Free the GPU of other processes, or use a card with more memory."))
+    return out
+
+
+def _shortfall(ctx: Context) -> float | None:
+    oom = ctx.primary.oom if ctx.primary else None
+    if oom is None or oom.requested_gib is None or oom.free_gib is None:
+        return None
+    return max(oom.requested_gib - oom.free_gib, 0.0)
+
+
+def lower_action(ctx: Context, why: str) -> list[Action]:
+    """Lower the fraction by what the failed allocation proves is missing, plus the margin."""
+    b = ctx.budget
+    y, pre = b.mem_fraction_static, b.pre_gib
+    short = _shortfall(ctx)
+    if y is None or pre is None:
+        return [
+            Action(
+                text=f"Lower {FLAG} to give {why} more room"
+                + (f" (at least {short + ctx.margin():.2f} GiB more)" if short is not None else "")
+                + ". The log lacks server_args or the `Load weight begin` line, so the value "
+                "cannot be computed from it.",
+                flag=FLAG,
+                direction="lower",
+                current=y,
+            )
+        ]
+    if short is None:
+        rec = round_down(y - 0.05)
+        basis = "no allocation size in the log: one 0.05 step"
+        grow = 0.05 * pre
+        lead = f"The log does not say how much was missing; a 0.05 step gives {why} {grow:.2f} GiB more"
+    else:
+        need = short + ctx.margin()
+        rec = round_down(y - need / pre)
+        basis = (
+            f"y − (requested − free + margin)/pre = {y:.3f} − ({short:.2f} + {ctx.margin():.2f})/"
+            f"{pre:.2f}; margin = max(1 GiB, 10% of the dynamic share)"
+        )
+        lead = (
+            f"The dynamic share needs ≥ {short:.2f} GiB more (requested − free) plus a "
+            f"{ctx.margin():.2f} GiB margin"
+        )
+    floor = b.y_min if b.y_min is not None else b.y_zero
+    if floor is not None and rec < floor:
+        ok_floor = round_up(floor)
+        if ok_floor < y:
+            rec = ok_floor
+            lead += f"; the KV floor ({floor:.3f}) stops the fraction at {_fmt_y(rec)}, so also use a lever below"
+        else:
+            return [
+                Action(
+                    text=f"{lead}, but lowering {FLAG} below {floor:.3f} empties the KV pool "
+                    f"({b.y_min_basis}). No fraction both starts and runs: use the levers below.",
+                )
+            ]
+    kv = kv_at(rec, pre, b.post_gib) if b.post_gib is not None else None
+    kv_text = f"; the KV pool becomes {kv:.2f} GiB{_tokens(ctx, kv)}" if kv is not None else ""
+    return [
+        Action(
+            text=f"{lead}: set {FLAG} {_fmt_y(rec)} (today {_fmt_y(y)}), giving {why} "
+            f"{(1 - rec) * pre:.2f} GiB instead of {(1 - y) * pre:.2f} GiB{kv_text}.",
+            flag=FLAG,
+            direction="lower",
+            value=rec,
+            current=y,
+            basis=basis,
+        )
+    ]
+
+
+def runtime_levers(ctx: Context) -> list[Action]:
+    """Flags that shrink the runtime peak without touching the KV pool."""
+    out: list[Action] = []
+    site = ctx.primary.site if ctx.primary else "unknown"
+    stats = ctx.incident.stats
+    last = max(
+        (s for s in (stats.last_prefill, stats.last_decode) if s is not None),
+        key=lambda s: s.line.seq,
+        default=None,
+    )
+    chunk = ctx.arg_int("chunked_prefill_size")
+    decode_heavy = last is not None and last.data.get("phase") == "decode"
+    if site in ("forward", "logits", "unknown", "encoder") and not (
+        decode_heavy and site == "forward"
+    ):
+        if chunk and chunk > 0:
+            new = max(chunk // 2, 512)
+            out.append(
+                Action(
+                    text=f"Halve --chunked-prefill-size ({chunk} → {new}): prefill activations and "
+                    f"logits scale with tokens per batch (SGLang budgets ≈1.5 MiB per token, "
+                    f"≈{1.5 * (chunk - new) / 1024:.1f} GiB here).",
+                    flag="--chunked-prefill-size",
+                    direction="lower",
+                    value=new,
+                    current=chunk,
+                )
+            )
+        else:
+            out.append(
+                Action(
+                    text="Set --chunked-prefill-size 4096 (or lower): prefill activations scale with "
+                    "tokens per batch.",
+                    flag="--chunked-prefill-size",
+                    direction="set",
+                    value=4096,
+                )
+            )
+    running = last.num("running_req") if last is not None else None
+    current_max = ctx.arg_int("max_running_requests")
+    if decode_heavy or site in ("sampling",):
+        base = int(running) if running else current_max
+        if base:
+            new = max(base * 3 // 4, 1)
+            out.append(
+                Action(
+                    text=f"Cap --max-running-requests at {new} (the last decode batch ran {base}): "
+                    "decode activations and sampling buffers scale with batch size.",
+                    flag="--max-running-requests",
+                    direction="lower",
+                    value=new,
+                    current=current_max,
+                )
+            )
+    if site == "logits":
+        out.append(
+            Action(
+                text="The allocation was in the logits processor: requests with logprobs over long "
+                "prompts (return_logprob with an early logprob_start_len) materialise "
+                "tokens × vocabulary floats; limit them or use an SGLang release that chunks "
+                "logprob computation."
+            )
+        )
+    oom = ctx.primary.oom if ctx.primary else None
+    short = _shortfall(ctx)
+    unallocated = oom.reserved_unallocated_gib if oom else None
+    if unallocated is not None and short is not None and unallocated >= max(short, 0.5):
+        out.append(
+            Action(
+                text=f"{unallocated:.2f} GiB was reserved by PyTorch but unallocated "
+                f"(fragmentation) — more than the {short:.2f} GiB missing: set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+            )
+        )
+    return out
+
+
+def lower_fraction(ctx: Context) -> list[Action]:
+    levers = runtime_levers(ctx)
+    if ctx.primary is not None and ctx.primary.site == "logits":
+        # Logprob memory grows with tokens per batch; a smaller fraction alone rarely fixes it.
+        return levers + lower_action(ctx, "activations")
+    return lower_action(ctx, "activations") + levers
+
+
+def graph_capture(ctx: Context) -> list[Action]:
+    prefill = bool(ctx.primary and "prefill" in ctx.primary.message.lower())
+    flag = ctx.graph_bs_flag(prefill)
+    bs = ctx.incident.facts_of("capture_progress")
+    last_bs = next((int(f.num("bs") or 0) for f in reversed(bs) if f.num("bs")), None)
+    current = ctx.graph_max_bs()
+    base = last_bs or current
+    out = lower_action(ctx, "CUDA graphs and activations")
+    if base:
+        out.append(
+            Action(
+                text=f"Lower {flag} to {max(base // 2, 1)}"
+                + (f" (capture ran out at bs={last_bs})" if last_bs else "")
+                + f"{ctx.graph_bs_note()}: graph memory grows with the largest captured batch.",
+                flag=flag,
+                direction="lower",
+                value=max(base // 2, 1),
+                current=current,
+            )
+        )
+    else:
+        out.append(
+            Action(
+                text=f"Lower {flag} (e.g. 16 as SGLang suggests){ctx.graph_bs_note()}: graph memory "
+                "grows with the largest captured batch.",
+                flag=flag,
+                direction="lower",
+                value=16,
+                current=current,
+            )
+        )
+    return out
+
+
+def reserve_encoder(ctx: Context) -> list[Action]:
+    out: list[Action] = []
+    omni = ctx.incident.engine == "sglang-omni"
+    if omni:
+        zero = bool(
+            ctx.features.get("omni.encoder_reserve_zero")
+            and ctx.features["omni.encoder_reserve_zero"].value
+        )
+        short = _shortfall(ctx)
+        total = ctx.primary.oom.total_gib if ctx.primary and ctx.primary.oom else None
+        share = (
+            f" ≥ {(short + ctx.margin()) / total:.2f} of the GPU"
+            if short is not None and total
+            else ""
+        )
+        out.append(
+            Action(
+                text="The encoders share the GPU with the thinker's static pool. Give them room: "
+                + (
+                    "encoder_mem_reserve was 0.0 because the thinker fraction was pinned; "
+                    if zero
+                    else ""
+                )
+                + f"lower the thinker's fraction (--thinker.engine.mem_fraction_static, or "
+                f"--mem-fraction-static) by{share or ' the encoder peak'}, or unpin it so Omni "
+                "applies encoder_mem_reserve (default 0.05), or move the encoder stages to another GPU.",
+                flag="--mem-fraction-static",
+                direction="lower",
+            )
+        )
+    else:
+        out.extend(lower_action(ctx, "the vision/audio encoder"))
+    limit = (
+        "--limit-mm-data-per-request '{\"image\": N}'"
+        if ctx.new_graph_flags is not False
+        else "fewer items per request"
+    )
+    out.append(
+        Action(
+            text="Shrink encoder inputs: smaller images (the processor's max_pixels), fewer video "
+            f"frames, shorter audio clips, and fewer items per prompt ({limit} on SGLang 0.5.10+).",
+        )
+    )
+    return out

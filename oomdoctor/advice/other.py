@@ -1,0 +1,232 @@
+"""Advice that is not about the fraction first: co-tenants, KV slots, retraction, host, faults."""
+
+from __future__ import annotations
+
+from oomdoctor import holders
+from oomdoctor.advice.context import Context
+from oomdoctor.advice.fraction import lower_action
+from oomdoctor.budget import GIB
+from oomdoctor.features import sibling_pids
+from oomdoctor.model import Action
+
+#: Above this many retractions an hour the pool is too small for the load, not just busy.
+FREQUENT_RETRACTIONS_PER_HOUR = 30.0
+
+
+def free_gpu(ctx: Context) -> list[Action]:
+    out: list[Action] = []
+    y = ctx.budget.mem_fraction_static
+    primary = ctx.primary
+    oom = primary.oom if primary else None
+    if oom is not None:
+        view = holders.judge(oom, sibling_pids(ctx.incident))
+        gpu = f"GPU {oom.gpu}" if oom.gpu is not None else "the GPU"
+        actor = primary.line.actor_pid if primary else None
+        for h in view.holders:
+            if h.role != "foreign":
+                continue
+            cost = (
+                f"; it costs the KV pool {y * h.gib:.2f} GiB (y × held = {y:.2f} × {h.gib:.2f})"
+                if y
+                else ""
+            )
+            who = f"Process {h.pid}"
+            if actor is not None and h.pid == actor:
+                who += " (the Ray worker that hosts this server: a co-located trainer)"
+            out.append(
+                Action(
+                    text=f"{who} holds {h.gib:.2f} GiB on {gpu}: stop it, move it to another GPU, or "
+                    f"release its memory before the server runs{cost}.",
+                )
+            )
+        if view.unattributed_gib and view.unattributed_gib > 2.0:
+            out.append(
+                Action(
+                    text=f"{view.unattributed_gib:.2f} GiB in use on {gpu} belongs to no process the "
+                    "message lists (another container or PID namespace): check `nvidia-smi` on the "
+                    "host, or run `oomdoctor snapshot` there.",
+                )
+            )
+    if primary is not None and primary.kind == "tp_imbalance":
+        low = primary.data.get("min")
+        local = primary.data.get("local")
+        if isinstance(low, float) and isinstance(local, float):
+            gap = local - low
+            cost = f"; the whole server loses ≈{y * gap:.2f} GiB of KV per GPU" if y else ""
+            out.append(
+                Action(
+                    text=f"One GPU has {gap:.2f} GiB less free memory than this rank's ({low:.2f} vs "
+                    f"{local:.2f} GiB): another process holds it. SGLang sizes every rank by the "
+                    f"tightest GPU{cost}. Free that GPU (nvidia-smi), or pick other GPUs "
+                    "(CUDA_VISIBLE_DEVICES / --base-gpu-id).",
+                )
+            )
+        else:
+            out.append(
+                Action(
+                    text="Some GPU of this server is partly occupied by another process: "
+                    "free it (nvidia-smi) or pick other GPUs (CUDA_VISIBLE_DEVICES)."
+                )
+            )
+    rl = ctx.features.get("rl.colocated")
+    if rl is not None and rl.value:
+        out.append(
+            Action(
+                text="RL colocation: the trainer and the rollout server share the GPU. Release the "
+                "trainer's memory before rollout (offload, or SGLang's memory saver with "
+                "torch_memory_saver) and size --mem-fraction-static for what is left while both "
+                "are resident.",
+            )
+        )
+    if oom is not None and ctx.budget.mem_fraction_static is not None:
+        sized = lower_action(ctx, "activations next to the other process")
+        if sized and sized[0].flag:
+            first = sized[0]
+            out.append(
+                Action(
+                    text="If the other process must stay: " + first.text,
+                    flag=first.flag,
+                    direction=first.direction,
+                    value=first.value,
+                    current=first.current,
+                    basis=first.basis,
+                )
+            )
+    if not out:
+        out.append(
+            Action(
+                text="Another process holds memory on this server's GPUs: free them "
+                "(nvidia-smi shows who), then restart."
+            )
+        )
+    return out
+
+
+def kv_slots(ctx: Context) -> list[Action]:
+    primary = ctx.primary
+    data = primary.data if primary else {}
+    need, avail = data.get("need"), data.get("available")
+    out: list[Action] = []
+    if isinstance(need, int) and isinstance(avail, int) and avail >= need:
+        out.append(
+            Action(
+                text=f"Not a GPU OOM: the scheduler's KV-slot accounting failed to allocate {need} "
+                f"tokens while {avail} were available — an SGLang allocator bug (with --page-size > 1 "
+                "it was fixed by PR #4913, 'Fix oom error for large page size'). Upgrade SGLang; "
+                "until then --page-size 1 avoids it.",
+            )
+        )
+    else:
+        text = "Not a GPU OOM: the KV pool ran out of token slots for the admitted batch"
+        if isinstance(need, int) and isinstance(avail, int):
+            text += f" ({need} tokens needed, {avail} available)"
+        out.append(Action(text=text + "."))
+        running = ctx.arg_int("max_running_requests")
+        if running:
+            out.append(
+                Action(
+                    text=f"Lower --max-running-requests ({running} → {max(running // 2, 1)}) so "
+                    "admission leaves slots for decoding.",
+                    flag="--max-running-requests",
+                    direction="lower",
+                    value=max(running // 2, 1),
+                    current=running,
+                )
+            )
+        out.append(
+            Action(
+                text="Or give the pool more tokens (raise --mem-fraction-static if the "
+                "activation headroom allows)."
+            )
+        )
+    return out
+
+
+def retraction(ctx: Context) -> list[Action]:
+    stats = ctx.incident.stats
+    rate = ctx.features.get("retraction.per_hour")
+    per_hour = rate.value if rate is not None and isinstance(rate.value, float) else None
+    peak = stats.peak_token_usage
+    text = (
+        f"Not a crash: the KV pool filled and SGLang retracted requests {stats.retractions} time(s)"
+        + (f" ({per_hour:.0f}/hour)" if per_hour is not None else "")
+        + (f", token usage peaking at {peak:.2f}" if peak is not None else "")
+        + ". Retracted requests are re-queued and recomputed; occasional retraction is normal."
+    )
+    out = [Action(text=text)]
+    frequent = per_hour is not None and per_hour >= FREQUENT_RETRACTIONS_PER_HOUR
+    b = ctx.budget
+    if frequent or stats.retractions >= 20:
+        if b.headroom_gib is not None and b.pre_gib and b.mem_fraction_static is not None:
+            spare = b.headroom_gib - 2.0
+            if spare > 0.5:
+                dy = min(0.05, spare / b.pre_gib)
+                gained = dy * b.pre_gib
+                tokens = (
+                    f" (+{int(gained * GIB // b.bytes_per_token):,} tokens)"
+                    if b.bytes_per_token
+                    else ""
+                )
+                out.append(
+                    Action(
+                        text=f"It is frequent: raise --mem-fraction-static by {dy:.2f} to "
+                        f"{b.mem_fraction_static + dy:.2f}: +{gained:.2f} GiB of KV{tokens}, still "
+                        f"leaving {b.headroom_gib - gained:.2f} GiB of runtime headroom.",
+                        flag="--mem-fraction-static",
+                        direction="raise",
+                        value=round(b.mem_fraction_static + dy, 2),
+                        current=b.mem_fraction_static,
+                    )
+                )
+        running = ctx.arg_int("max_running_requests")
+        if running:
+            out.append(
+                Action(
+                    text=f"Or cap --max-running-requests below {running} so fewer long requests "
+                    "share the pool.",
+                    flag="--max-running-requests",
+                    direction="lower",
+                    value=max(running * 3 // 4, 1),
+                    current=running,
+                )
+            )
+    return out
+
+
+def host_memory(ctx: Context) -> list[Action]:
+    primary = ctx.primary
+    kill = primary is not None and primary.kind == "host_oom_kill"
+    return [
+        Action(
+            text="Not GPU memory: the host (CPU RAM) ran out"
+            + (" and the kernel's OOM killer ended a process (exit −9)" if kill else "")
+            + ". Check `dmesg -T | grep -i oom` and the container memory limit; reduce host-side "
+            "memory (hierarchical cache size, --cpu-offload-gb, tokenizer workers, shared memory) "
+            "or give the host/container more RAM. --mem-fraction-static does not help.",
+        )
+    ]
+
+
+def gpu_fault(ctx: Context) -> list[Action]:
+    primary = ctx.primary
+    reason = primary.message if primary else ""
+    capture = primary is not None and primary.kind == "graph_capture_failed"
+    out = []
+    if capture:
+        out.append(
+            Action(
+                text="CUDA-graph capture failed for a reason that is not memory: "
+                f"{reason[:200]!r}. SGLang's boilerplate 'set --mem-fraction-static to a smaller "
+                f"value' does not apply. Confirm by starting once with {ctx.disable_graph_flag()}, "
+                "then fix the kernel/driver problem.",
+            )
+        )
+    else:
+        out.append(
+            Action(
+                text="Not memory exhaustion: a GPU fault. Rerun with CUDA_LAUNCH_BLOCKING=1 to find "
+                "the kernel, and check driver/CUDA/wheel compatibility ('no kernel image' means the "
+                "wheel has no kernels for this GPU). --mem-fraction-static does not help.",
+            )
+        )
+    return out

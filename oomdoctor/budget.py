@@ -1,0 +1,252 @@
+"""The memory budget of DESIGN §2, rebuilt from the log's own numbers.
+
+    static  = y·pre                       (weights + KV pool)
+    dynamic = (1 − y)·pre                 (activations, CUDA graphs, workspaces, encoders)
+    KV      = post − (1 − y)·pre          KV(y') = KV(y) + (y' − y)·pre
+
+All figures are GiB (SGLang's "GB" is GiB). Nothing is guessed silently: a value the log does not
+give stays None and a notice says what was missing. This module owns all of the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from oomdoctor import sglang_defaults
+from oomdoctor.model import Budget, Failure, Incident, RankBudget, RankMemory
+
+GIB = float(1 << 30)
+#: Memory a process holds before weights load (CUDA context, NCCL, cuBLAS) when the log is silent.
+CONTEXT_OVERHEAD_GIB = 1.0
+
+
+def kv_at(y: float, pre: float, post: float) -> float:
+    """KV pool size at fraction y."""
+    return post - (1.0 - y) * pre
+
+
+def y_for_kv(kv: float, pre: float, post: float) -> float:
+    """The fraction that yields a KV pool of ``kv`` GiB (inverse of kv_at)."""
+    return 1.0 - (post - kv) / pre
+
+
+def round_up(y: float, step: float = 0.01) -> float:
+    return round(math.ceil(round(y / step, 6)) * step, 4)
+
+
+def round_down(y: float, step: float = 0.01) -> float:
+    return round(math.floor(round(y / step, 6)) * step, 4)
+
+
+def snap_bytes_per_token(kv_gib: float, tokens: int, printed_error_gib: float = 0.01) -> int:
+    """Bytes per token from a logged pool size printed with two decimals.
+
+    The sizes are rounded, so the quotient is only known within an interval; real cell sizes are
+    products of heads × head_dim × layers × dtype bytes, so the value in that interval divisible
+    by the highest power of two is the one SGLang used.
+    """
+    central = kv_gib * GIB / tokens
+    low = (kv_gib - printed_error_gib) * GIB / tokens
+    high = (kv_gib + printed_error_gib) * GIB / tokens
+    for power in range(20, 3, -1):
+        step = 1 << power
+        candidate = round(central / step) * step
+        if low <= candidate <= high and candidate > 0:
+            return int(candidate)
+    return round(central)
+
+
+@dataclass(frozen=True, slots=True)
+class Fraction:
+    value: float
+    source: str
+
+
+def fraction(incident: Incident) -> Fraction | None:
+    """The --mem-fraction-static that was in effect, and where that value came from."""
+    args = incident.server_args
+    y = args.get("mem_fraction_static")
+    found: Fraction | None = None
+    if isinstance(y, int | float) and not isinstance(y, bool) and 0 < y <= 1:
+        found = Fraction(float(y), "server_args")
+    else:
+        for failure in incident.failures:
+            fy = failure.data.get("y")
+            if isinstance(fy, float) and 0 < fy <= 1:
+                found = Fraction(fy, "the error message")
+                break
+    if found is None:
+        for fact in incident.facts_of("omni_stage"):
+            fy = fact.num("mem_fraction_static")
+            if fy is not None and 0 < fy <= 1:
+                found = Fraction(fy, "the Omni stage line")
+    for fact in incident.facts_of("mm_fraction_adjust"):
+        to = fact.num("to") or fact.num("to2")
+        if to is not None:
+            found = Fraction(to, "the multimodal adjustment line")
+        elif found is not None and "adjust --mem-fraction-static for multimodal" in fact.line.text:
+            found = Fraction(round(found.value * 0.95, 4), "server_args × 0.95 (0.3.6 multimodal)")
+    return found
+
+
+def _rank_budget(r: RankMemory, y: float | None) -> RankBudget:
+    pre = r.pre.value if r.pre else None
+    post = r.post.value if r.post else None
+    weights = (
+        r.weights.value
+        if r.weights
+        else (pre - post if pre is not None and post is not None else None)
+    )
+    kv = kv_at(y, pre, post) if None not in (y, pre, post) else None  # type: ignore[arg-type]
+    return RankBudget(r.rank, pre, post, weights, kv)
+
+
+def build(incident: Incident, primary: Failure | None) -> Budget:
+    """Rebuild the budget; ``primary`` is the failure being diagnosed (for measured reserves)."""
+    notices: list[str] = []
+    frac = fraction(incident)
+    y = frac.value if frac else None
+    ranks = tuple(_rank_budget(r, y) for r in incident.ranks)
+
+    with_pre = [r for r in incident.ranks if r.pre is not None]
+    with_post = [r for r in incident.ranks if r.post is not None]
+    pre = min((r.pre.value for r in with_pre if r.pre), default=None)
+    post = min((r.post.value for r in with_post if r.post), default=None)
+    tight = min(with_pre, key=lambda r: r.pre.value if r.pre else 0.0) if with_pre else None
+    weights = max((r.weights.value for r in incident.ranks if r.weights), default=None)
+    if pre is None and post is not None and weights is not None:
+        pre = post + weights
+        notices.append(
+            "`Load weight begin` is not in the log: pre is taken as post + weights "
+            f"= {post:.2f} + {weights:.2f} GiB"
+        )
+    if weights is None and pre is not None and post is not None:
+        weights = pre - post
+    if len(with_pre) > 1 and tight is not None:
+        spread = max(r.pre.value for r in with_pre if r.pre) - pre  # type: ignore[operator]
+        if spread > 1.0:
+            notices.append(
+                f"ranks disagree on free memory before loading by {spread:.2f} GiB; "
+                f"{tight.rank} is the tightest and decides the budget (SGLang takes the minimum)"
+            )
+
+    kv_logged_m = next((r.kv_logged for r in incident.ranks if r.kv_logged), None)
+    tokens_m = next((r.kv_tokens for r in incident.ranks if r.kv_tokens), None)
+    kv_logged = kv_logged_m.value if kv_logged_m else None
+    tokens = int(tokens_m.value) if tokens_m and tokens_m.value > 0 else None
+    bpt = snap_bytes_per_token(kv_logged, tokens) if kv_logged and tokens else None
+    summary = incident.summary
+    if tokens is None and summary is not None:
+        t = summary.num("tokens")
+        tokens = int(t) if t is not None and t > 0 else None
+    context = summary.num("context_len") if summary else None
+    if context is None:
+        c = incident.server_args.get("context_length")
+        context = float(c) if isinstance(c, int) and c > 0 else None
+    graph = max((r.graph_mem.value for r in incident.ranks if r.graph_mem), default=None)
+    headroom = summary.num("avail") if summary else None
+    if headroom is None:
+        headroom = min((r.graph_end.value for r in incident.ranks if r.graph_end), default=None)
+
+    oom = primary.oom if primary else None
+    capacity = oom.total_gib if oom and oom.total_gib else None
+
+    static = dynamic = kv = y_zero = None
+    if y is not None and pre is not None:
+        static, dynamic = y * pre, (1.0 - y) * pre
+    if None not in (y, pre, post):
+        kv = kv_at(y, pre, post)  # type: ignore[arg-type]
+    if pre is not None and post is not None and pre > 0:
+        y_zero = 1.0 - post / pre
+    if kv is not None and kv_logged is not None and kv_logged > kv + 0.15:
+        notices.append(
+            f"the logged KV pool ({kv_logged:.2f} GiB) is larger than post − (1 − y)·pre = {kv:.2f} GiB: "
+            "the fraction in effect differs from the printed one (a VLM or AMD aiter adjustment?)"
+        )
+    if y is None:
+        notices.append("the log does not show --mem-fraction-static (no server_args line)")
+    if pre is None or post is None:
+        notices.append(
+            "the log lacks the `Load weight begin/end` memory lines, so KV cannot be computed"
+        )
+
+    y_min = y_max = reserve = None
+    y_min_basis = y_max_basis = None
+    if y_zero is not None and pre is not None:
+        if bpt is not None and context is not None:
+            need = context * bpt / GIB
+            y_min = y_zero + need / pre
+            y_min_basis = (
+                f"a KV pool for one request of the context length: {int(context)} tokens × "
+                f"{bpt} B = {need:.2f} GiB"
+            )
+        else:
+            y_min = y_zero
+            y_min_basis = (
+                "a KV pool that is not empty (bytes per token unknown until a pool is built)"
+            )
+        measured = _measured_shortfall(primary)
+        if measured is not None and y is not None and dynamic is not None:
+            reserve = dynamic + measured
+            y_max = 1.0 - reserve / pre
+            y_max_basis = (
+                f"the failed allocation: the dynamic share ({dynamic:.2f} GiB) was short by "
+                f"{measured:.2f} GiB (requested − free)"
+            )
+        else:
+            gpu_gib = capacity
+            if gpu_gib is None:
+                usage = incident.first("dist_init_end")
+                over = usage.num("usage") if usage else None
+                estimate = pre + (over if over is not None else CONTEXT_OVERHEAD_GIB)
+                card = sglang_defaults.guess_card(estimate * 1024)
+                gpu_gib = card[1] / 1024 if card else estimate
+            era = sglang_defaults.era_of(incident.version.low, incident.version.high)
+            args = dict(incident.server_args)
+            args.setdefault("tp_size", incident.tp_size)
+            res = sglang_defaults.reserve(gpu_gib * 1024, args, era)
+            reserve = res.gib
+            y_max = 1.0 - reserve / pre
+            y_max_basis = f"a runtime reserve of {res.gib:.2f} GiB ({res.basis})"
+    window_empty = (y_min > y_max) if y_min is not None and y_max is not None else None
+
+    return Budget(
+        rank=tight.rank if tight and tight.rank != "-" else None,
+        pre_gib=pre,
+        post_gib=post,
+        weights_gib=weights,
+        mem_fraction_static=y,
+        mem_fraction_source=frac.source if frac else None,
+        static_gib=static,
+        dynamic_gib=dynamic,
+        kv_gib=kv,
+        kv_logged_gib=kv_logged,
+        kv_tokens=tokens,
+        bytes_per_token=bpt,
+        context_len=int(context) if context is not None else None,
+        graph_gib=graph,
+        headroom_gib=headroom,
+        capacity_gib=capacity,
+        y_zero=y_zero,
+        y_min=y_min,
+        y_min_basis=y_min_basis,
+        y_max=y_max,
+        y_max_basis=y_max_basis,
+        reserve_gib=reserve,
+        window_empty=window_empty,
+        ranks=ranks,
+        notices=tuple(notices),
+    )
+
+
+def _measured_shortfall(primary: Failure | None) -> float | None:
+    """How much more the dynamic share needed, from a runtime OOM's own numbers."""
+    if primary is None or primary.oom is None:
+        return None
+    if primary.site in ("weights", "kv_pool"):
+        return None  # static-share allocations say nothing about the runtime peak
+    oom = primary.oom
+    if oom.requested_gib is None or oom.free_gib is None:
+        return None
+    return max(oom.requested_gib - oom.free_gib, 0.0)

@@ -1,0 +1,256 @@
+"""Command line. The only module that touches stdin/stdout/stderr, files and exit codes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from oomdoctor import __version__
+
+EXIT_OK = 0
+EXIT_OOM = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_INTERNAL = 70
+
+
+def _fail(message: str, hint: str | None = None, code: int = EXIT_INPUT) -> NoReturn:
+    click.echo(f"oomdoctor: {message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    sys.exit(code)
+
+
+def _load_rules(rule_dirs: tuple[str, ...], check_fixtures: bool = False) -> Any:
+    from oomdoctor.pipeline import load_rules
+    from oomdoctor.rules import RuleError
+
+    try:
+        return load_rules([Path(d) for d in rule_dirs], check_fixtures)
+    except RuleError as exc:
+        for problem in exc.problems:
+            click.echo(f"oomdoctor: {problem}", err=True)
+        _fail(
+            f"{len(exc.problems)} problem(s) in rule files",
+            "each rule file is documented in README.md (Writing a rule); "
+            "`oomdoctor rules features` lists the names conditions can use",
+        )
+
+
+def _write(text: str, output: str | None) -> None:
+    if output and output != "-":
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _fail(f"cannot write {output}: {exc.strerror or exc}")
+        return
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="oomdoctor")
+@click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Why did the SGLang server run out of GPU memory, and what should change?
+
+    Exit codes: 0 no OOM found, 1 an OOM was diagnosed, 2 usage error,
+    3 unreadable input or invalid rule files, 70 internal error.
+    """
+    ctx.obj = {"debug": debug}
+
+
+@cli.command()
+@click.argument("logs", nargs=-1, metavar="[LOG ...|-]")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json"]),
+    default="text",
+    show_default=True,
+    help="Report format.",
+)
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Add the rules in DIR (repeatable).",
+)
+@click.option("--no-redact", is_flag=True, help="Do not mask API keys, tokens and passwords.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when an OOM is diagnosed.")
+def diagnose(
+    logs: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    rule_dirs: tuple[str, ...],
+    no_redact: bool,
+    exit_zero: bool,
+) -> None:
+    """Diagnose one incident from LOG files (several = one incident, e.g. one per rank).
+
+    With no LOG (or "-") the log is read from standard input:
+    `python -m sglang.launch_server ... 2>&1 | oomdoctor diagnose -`.
+    """
+    names = list(logs) or ["-"]
+    if "-" in names and sys.stdin.isatty() and not logs:
+        _fail(
+            "no input: give a log file, or pipe the server's output in",
+            "oomdoctor diagnose server.log   or   ... 2>&1 | oomdoctor diagnose -",
+            EXIT_USAGE,
+        )
+    if names.count("-") > 1:
+        _fail("standard input (-) can be read only once", code=EXIT_USAGE)
+    rules = _load_rules(rule_dirs)
+
+    from oomdoctor import pipeline, report
+    from oomdoctor.model import OOM_CATEGORIES
+    from oomdoctor.reader import InputError
+    from oomdoctor.redact import redact_report
+    from oomdoctor.render import render
+
+    try:
+        diagnosis = pipeline.run(names, rules, stdin=sys.stdin.buffer)
+    except InputError as exc:
+        _fail(str(exc), "give a readable log file, a .gz file, or - for standard input")
+    data = report.build(diagnosis)
+    if not no_redact:
+        data = redact_report(data)
+    to_terminal = not output and sys.stdout.isatty()
+    color = to_terminal and "NO_COLOR" not in os.environ
+    width = shutil.get_terminal_size().columns if to_terminal else 100
+    _write(render(data, fmt, color=color, width=max(width, 60)), output)
+    oom = diagnosis.verdict.category in OOM_CATEGORIES
+    sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
+
+
+@cli.group()
+def rules() -> None:
+    """List, show and test the rules."""
+
+
+@rules.command("list")
+@click.option("--rules", "rule_dirs", multiple=True, metavar="DIR", help="Add the rules in DIR.")
+def rules_list(rule_dirs: tuple[str, ...]) -> None:
+    """One line per rule: id, category, priority, title."""
+    for rule in sorted(_load_rules(rule_dirs), key=lambda r: (-r.priority, r.id)):
+        click.echo(f"{rule.id:<28} {rule.category:<20} {rule.priority:>4}  {rule.title}")
+
+
+@rules.command("show")
+@click.argument("rule_id")
+@click.option("--rules", "rule_dirs", multiple=True, metavar="DIR", help="Add the rules in DIR.")
+def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
+    """Everything a rule says: docs, conditions, fixtures."""
+    loaded = _load_rules(rule_dirs)
+    rule = next((r for r in loaded if r.id == rule_id), None)
+    if rule is None:
+        _fail(f'no such rule: "{rule_id}"', "`oomdoctor rules list` shows the ids", EXIT_USAGE)
+
+    def cond(c: Any) -> str:
+        return (
+            c.key
+            if c.op == "truthy"
+            else f"{c.key} {c.op} {getattr(c.operand, 'pattern', c.operand)!r}"
+        )
+
+    lines = [
+        f"{rule.id}: {rule.title}",
+        f"category: {rule.category}   priority: {rule.priority}   confidence: {rule.confidence}",
+        f"advice: {rule.advice}   file: {rule.path}",
+        "",
+        f"what: {rule.what}",
+        f"why: {' '.join(rule.why.split())}",
+        f"remedy: {rule.remedy}",
+        "false positives:",
+        *(f"  - {fp}" for fp in rule.false_positives),
+        "references:",
+        *(f"  - {ref}" for ref in rule.references),
+        "when:",
+        *(f"  all:  {cond(c)}" for c in rule.all),
+        *(f"  any:  {cond(c)}" for c in rule.any),
+        *(f"  none: {cond(c)}" for c in rule.none),
+        *(
+            f"pattern {p.name}: anchor {p.anchor!r}, regex {p.regex.pattern!r}"
+            for p in rule.patterns
+        ),
+        "fires on:",
+        *(f"  {p}" for p in rule.fire),
+        "silent on:",
+        *(f"  {p}" for p in rule.silent),
+    ]
+    click.echo("\n".join(lines))
+
+
+@rules.command("test")
+@click.argument("rule_dir", required=False, type=click.Path(file_okay=False))
+def rules_test(rule_dir: str | None) -> None:
+    """Check every rule (built-in, plus DIR's) fires on its fixtures and stays silent on its confusers."""
+    from oomdoctor.ruletest import check_rules
+
+    loaded = _load_rules((rule_dir,) if rule_dir else (), check_fixtures=True)
+    selected = [r for r in loaded if rule_dir is None or Path(rule_dir).resolve() in r.path.parents]
+    failures = 0
+    for result in check_rules(selected, loaded):
+        status = "ok  " if result.ok else "FAIL"
+        failures += not result.ok
+        click.echo(f"{status} {result.rule:<28} {result.expect:<6} {result.fixture}")
+        if not result.ok:
+            click.echo(f"     {result.detail}")
+    click.echo(f"{failures} failure(s)")
+    sys.exit(EXIT_OOM if failures else EXIT_OK)
+
+
+@rules.command("features")
+def rules_features() -> None:
+    """The feature names rule conditions can use."""
+    from oomdoctor.features import FEATURE_DOCS
+
+    for name, doc in FEATURE_DOCS.items():
+        click.echo(f"{name:<36} {doc}")
+
+
+def main() -> None:
+    """Console entry point: usage errors exit 2, bugs exit 70 with a short message."""
+    debug = "--debug" in sys.argv[1:]
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("oomdoctor: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, like other Unix tools.
+        try:
+            sys.stdout = Path(os.devnull).open("w")  # noqa: SIM115 - lives until exit
+        finally:
+            sys.exit(EXIT_OK)
+    except KeyboardInterrupt:
+        click.echo("oomdoctor: interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # a bug: say so briefly, traceback only on request
+        if debug:
+            raise
+        click.echo(
+            f"oomdoctor: internal error: {type(exc).__name__}: {exc} (oomdoctor {__version__})",
+            err=True,
+        )
+        click.echo(
+            "hint: rerun with --debug for the traceback and report it with the log", err=True
+        )
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(EXIT_OK)

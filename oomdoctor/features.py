@@ -1,0 +1,342 @@
+"""The flat view of an incident that rule conditions read: ``name → value (+ evidence lines)``.
+
+Rules never see the incident itself; they see these named values. Every feature that a rule
+can use is listed in FEATURE_DOCS (``oomdoctor rules features`` prints them), so rule files are
+validated against real names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from oomdoctor import holders, sites
+from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
+
+#: Failure kinds that are the memory story itself; the first of them is what gets diagnosed.
+MEMORY_KINDS = (
+    "cuda_oom",
+    "cuda_error_oom",
+    "cublas_oom",
+    "nccl_oom",
+    "triton_oom",
+    "startup_kv_error",
+    "negative_profile",
+    "tp_imbalance",
+    "logical_kv_failure",
+    "req_slot_failure",
+    "graph_capture_failed",
+    "host_oom_kill",
+    "host_alloc_failure",
+    "omni_compute_failed",
+    "omni_encode_failed",
+    "stage_load_negative",
+)
+#: Kinds that follow another failure (a peer stuck in NCCL, a dead child) rather than cause it.
+CONSEQUENCE_KINDS = frozenset({"watchdog", "child_died", "omni_stage_dead"})
+OOM_KINDS = frozenset({"cuda_oom", "cuda_error_oom", "cublas_oom", "nccl_oom", "triton_oom"})
+_ENCODER_STAGE = re.compile(
+    r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    value: Scalar
+    evidence: tuple[Line, ...] = ()
+
+
+FEATURE_DOCS: Mapping[str, str] = {
+    "engine": "sglang, sglang-omni or null",
+    "ready": "the server printed `fired up and ready to roll`",
+    "failure.kind": "kind of the diagnosed failure (cuda_oom, startup_kv_error, ...)",
+    "failure.phase": "startup, warmup, running or unknown",
+    "failure.site": "where it failed: weights, kv_pool, graph_capture, encoder, logits, "
+    "sampling, comm, forward, unknown",
+    "failure.message": "the failure's message text",
+    "failure.ranks": "how many ranks printed the failure",
+    "startup_kv.error": "SGLang refused to build the KV pool (not enough memory / negative profile)",
+    "oom.present": "the diagnosed failure is a GPU out-of-memory (any form)",
+    "oom.form": "pytorch, pytorch_legacy, cuda_error, cublas, nccl, triton",
+    "oom.requested_gib": "the allocation that failed",
+    "oom.free_gib": "free memory on the GPU at that moment",
+    "oom.total_gib": "the GPU's capacity as PyTorch saw it",
+    "oom.shortfall_gib": "requested − free",
+    "oom.self_gib": "memory the failing process held",
+    "oom.foreign_gib": "memory held by other processes that are not this server",
+    "oom.sibling_gib": "memory held by sibling stages of the same pipeline (Omni)",
+    "oom.unattributed_gib": "used memory no listed process accounts for",
+    "oom.foreign_explains": "the foreign holders alone account for the shortfall",
+    "oom.self_holds_card": "the failing process holds nearly all used memory",
+    "capture.failed": "a CUDA-graph capture failed",
+    "capture.reason_oom": "the capture failed for lack of memory",
+    "tp_imbalance": "SGLang's TP memory-imbalance check fired",
+    "logical_kv.failed": "the scheduler's KV-slot accounting failed (Prefill/Decode out of memory)",
+    "logical_kv.tokens_were_available": "that failure reported enough available tokens",
+    "retraction.count": "KV-pool retractions in the log",
+    "retraction.per_hour": "retractions per hour over the span they cover",
+    "stats.peak_token_usage": "highest `token usage` in the stats lines",
+    "host.oom_kill": "a process was killed by the host OOM killer (exit −9)",
+    "host.alloc_failure": "host memory allocation failed (Errno 12 and similar)",
+    "gpu.fault": "a GPU error that is not exhaustion (illegal access, no kernel image, ...)",
+    "omni.encoder_failed": "an Omni encoder stage failed or died",
+    "omni.encoder_reserve_zero": "the Omni thinker ran with encoder_mem_reserve=0",
+    "rl.colocated": "the server runs next to an RL trainer (memory saver, verl, Ray worker)",
+    "request.too_long": "a request was longer than the KV pool or context allows",
+    "kv.below_context": "SGLang warned the KV pool is smaller than the context length",
+    "budget.kv_gib": "post − (1 − y)·pre",
+    "budget.kv_negative": "that KV figure is ≤ 0",
+    "budget.window_empty": "no --mem-fraction-static satisfies both KV need and runtime reserve",
+    "budget.weights_share": "weights / pre",
+    "fact.<kind>": "how many facts of a kind were seen (e.g. fact.retraction)",
+    "pattern.<rule id>.<name>": "how many lines a rule's own pattern matched",
+}
+
+
+def primary_failure(incident: Incident) -> Failure | None:
+    """The failure to diagnose: the first memory failure, else the first cause-like failure."""
+    for failure in incident.failures:
+        if failure.kind in MEMORY_KINDS:
+            return failure
+    for failure in incident.failures:
+        if failure.kind not in CONSEQUENCE_KINDS:
+            return failure
+    return incident.failures[0] if incident.failures else None
+
+
+def _lines(*items: Line | None) -> tuple[Line, ...]:
+    return tuple(i for i in items if i is not None)
+
+
+def sibling_pids(incident: Incident) -> dict[int, str]:
+    """PIDs of Omni stages named in stage lines (they are the same pipeline, not co-tenants)."""
+    out: dict[int, str] = {}
+    for fact in incident.facts_of("omni_stage"):
+        pid = fact.num("pid")
+        stage = fact.text("stage") or "stage"
+        if pid is not None:
+            out[int(pid)] = stage
+    return out
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.values: dict[str, Feature] = {}
+
+    def __call__(self, name: str, value: Scalar, *evidence: Line | None) -> None:
+        self.values[name] = Feature(value, _lines(*evidence))
+
+
+def compute(incident: Incident, budget: Budget, primary: Failure | None) -> dict[str, Feature]:
+    """Every feature of FEATURE_DOCS for this incident."""
+    put = _Builder()
+    f = put.values
+
+    put("engine", incident.engine)
+    put("ready", incident.ready is not None, incident.ready)
+    where = primary.line if primary else None
+    put("failure.kind", primary.kind if primary else None, where)
+    put("failure.phase", primary.phase if primary else None, where)
+    site_frame = sites.classify(primary.frames)[1] if primary else None
+    put(
+        "failure.site",
+        primary.site if primary else None,
+        where,
+        site_frame.line if site_frame else None,
+    )
+    put("failure.message", primary.message if primary else None, where)
+    put("failure.ranks", len(primary.ranks) if primary else 0, where)
+    kind = primary.kind if primary else None
+    kv_error = [
+        fa.line for fa in incident.failures if fa.kind in ("startup_kv_error", "negative_profile")
+    ]
+    put("startup_kv.error", kind in ("startup_kv_error", "negative_profile"), *kv_error[:3])
+
+    _oom_features(put, incident, budget, primary)
+
+    captures = [fa for fa in incident.failures if fa.kind == "graph_capture_failed"]
+    capture_oom = (
+        primary is not None and primary.site == "graph_capture" and primary.oom is not None
+    )
+    put("capture.failed", bool(captures) or capture_oom, *(c.line for c in captures[:2]))
+    put("capture.reason_oom", capture_oom, where if capture_oom else None)
+    put("tp_imbalance", kind == "tp_imbalance", where if kind == "tp_imbalance" else None)
+    logical = kind in ("logical_kv_failure", "req_slot_failure")
+    put("logical_kv.failed", logical, where if logical else None)
+    avail, need = (
+        (primary.data.get("available"), primary.data.get("need")) if primary else (None, None)
+    )
+    enough = isinstance(avail, int) and isinstance(need, int) and avail >= need
+    put("logical_kv.tokens_were_available", logical and enough, where if enough else None)
+
+    stats = incident.stats
+    put("retraction.count", stats.retractions, stats.first_retraction, stats.last_retraction)
+    put(
+        "retraction.per_hour",
+        _per_hour(stats.retractions, stats.first_retraction, stats.last_retraction),
+    )
+    last_stats = stats.last_decode or stats.last_prefill
+    put("stats.peak_token_usage", stats.peak_token_usage, last_stats.line if last_stats else None)
+    put("host.oom_kill", kind == "host_oom_kill", where if kind == "host_oom_kill" else None)
+    put(
+        "host.alloc_failure",
+        kind == "host_alloc_failure",
+        where if kind == "host_alloc_failure" else None,
+    )
+    put("gpu.fault", kind == "gpu_fault", where if kind == "gpu_fault" else None)
+
+    encoder_lines = [
+        fa.line
+        for fa in incident.failures
+        if fa.kind in ("omni_compute_failed", "omni_encode_failed")
+        or (fa.kind == "omni_stage_dead" and _ENCODER_STAGE.search(fa.message))
+    ]
+    put("omni.encoder_failed", bool(encoder_lines), *encoder_lines[:3])
+    zero = [
+        fa.line for fa in incident.facts_of("omni_stage") if fa.num("encoder_mem_reserve") == 0.0
+    ]
+    put("omni.encoder_reserve_zero", bool(zero), *zero[:1])
+    rl = incident.facts_of("rl_colocation")
+    put("rl.colocated", bool(rl), *(r.line for r in rl[:2]))
+    too_long = incident.facts_of("request_too_long")
+    put("request.too_long", bool(too_long), *(r.line for r in too_long[:2]))
+    below = incident.facts_of("kv_below_context")
+    put("kv.below_context", bool(below), *(r.line for r in below[:1]))
+
+    b_lines = _budget_lines(incident)
+    put("budget.kv_gib", budget.kv_gib, *b_lines)
+    put("budget.kv_negative", budget.kv_gib is not None and budget.kv_gib <= 0, *b_lines)
+    put("budget.window_empty", budget.window_empty, *b_lines)
+    share = budget.weights_gib / budget.pre_gib if budget.weights_gib and budget.pre_gib else None
+    put("budget.weights_share", share, *b_lines)
+
+    for kind_name, count in incident.fact_counts.items():
+        facts = incident.facts_of(kind_name)
+        name = (
+            f"pattern.{kind_name[8:]}" if kind_name.startswith("pattern:") else f"fact.{kind_name}"
+        )
+        f[name] = Feature(count, tuple(x.line for x in facts[:3]))
+    return f
+
+
+def _oom_features(
+    put: _Builder, incident: Incident, budget: Budget, primary: Failure | None
+) -> None:
+    oom = primary.oom if primary is not None and primary.kind in OOM_KINDS else None
+    where = primary.line if primary else None
+    if oom is not None and primary is not None:
+        frame = sites.classify(primary.frames)[1]
+        stats = incident.stats
+        before = [
+            s.line
+            for s in (stats.last_prefill, stats.last_decode)
+            if s is not None and s.line.seq < primary.line.seq
+        ]
+        put("oom.present", True, *before[-1:], frame.line if frame else None, where)
+    else:
+        put("oom.present", False)
+    if oom is None:
+        for name in (
+            "form",
+            "requested_gib",
+            "free_gib",
+            "total_gib",
+            "shortfall_gib",
+            "self_gib",
+            "unattributed_gib",
+        ):
+            put(f"oom.{name}", None)
+        for name in ("foreign_gib", "sibling_gib"):
+            put(f"oom.{name}", 0.0)
+        put("oom.foreign_explains", False)
+        put("oom.self_holds_card", False)
+        return
+    tp = incident.server_args.get("tp_size")
+    view = holders.judge(
+        oom,
+        sibling_pids(incident),
+        tensor_parallel=(isinstance(tp, int) and tp > 1) or len(incident.ranks) > 1,
+    )
+    shortfall = (
+        max(oom.requested_gib - oom.free_gib, 0.0)
+        if oom.requested_gib is not None and oom.free_gib is not None
+        else None
+    )
+    put("oom.form", oom.form, where)
+    put("oom.requested_gib", oom.requested_gib, where)
+    put("oom.free_gib", oom.free_gib, where)
+    put("oom.total_gib", oom.total_gib, where)
+    put("oom.shortfall_gib", shortfall, where)
+    put("oom.self_gib", view.self_gib, where)
+    put("oom.foreign_gib", view.foreign_gib, where if view.foreign_gib else None)
+    put("oom.sibling_gib", view.sibling_gib, where if view.sibling_gib else None)
+    put("oom.unattributed_gib", view.unattributed_gib, where)
+    put(
+        "oom.foreign_explains",
+        _foreign_explains(view.foreign_gib, shortfall, budget, oom.total_gib),
+        where if view.foreign_gib else None,
+    )
+    used = (
+        oom.total_gib - oom.free_gib
+        if oom.total_gib is not None and oom.free_gib is not None
+        else None
+    )
+    holds = view.self_gib is not None and used is not None and view.self_gib >= used - 1.0
+    put("oom.self_holds_card", holds, where if holds else None)
+
+
+def _foreign_explains(
+    foreign: float, shortfall: float | None, budget: Budget, total: float | None
+) -> bool:
+    """Would the allocation have fit without the foreign holders?
+
+    A holder that grew after start took the memory directly; one present from the start only
+    shrank ``pre``, so it cost the dynamic share (1 − y) of its size.
+    """
+    if foreign < 1.0:
+        return False
+    if shortfall is None:
+        return True
+    present_at_start = (
+        budget.pre_gib is not None
+        and total is not None
+        and total - budget.pre_gib - 0.5 >= 0.8 * foreign
+    )
+    if present_at_start and budget.mem_fraction_static is not None:
+        return (1.0 - budget.mem_fraction_static) * foreign >= shortfall
+    return foreign >= shortfall
+
+
+def _budget_lines(incident: Incident) -> tuple[Line, ...]:
+    out: list[Line] = []
+    for r in incident.ranks:
+        for m in (r.pre, r.post):
+            if m is not None:
+                out.append(m.line)
+        if out:
+            break
+    if incident.server_args_line is not None:
+        out.insert(0, incident.server_args_line)
+    return tuple(out)
+
+
+def _parse_ts(ts: str | None) -> datetime | None:
+    if not ts:
+        return None
+    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S.%fZ"):
+        try:
+            return datetime.strptime(ts[:26], fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def _per_hour(count: int, first: Line | None, last: Line | None) -> float | None:
+    if count < 2 or first is None or last is None:
+        return None
+    a, b = _parse_ts(first.ts), _parse_ts(last.ts)
+    if a is None or b is None or b <= a:
+        return None
+    return count / ((b - a).total_seconds() / 3600)

@@ -1,0 +1,304 @@
+"""The values that flow between the pipeline's stages.
+
+read → normalise → extract facts → assemble the incident → budget → rules → verdict → render.
+Every stage takes and returns these frozen dataclasses; none of them does I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+_TP_RANK = re.compile(r"\bTP(\d+)\b")
+
+Scalar = str | int | float | bool | None
+
+CATEGORIES: tuple[str, ...] = (
+    "startup_kv_alloc",
+    "runtime_activation",
+    "cotenant_pressure",
+    "encoder_starvation",
+    "not_oom",
+    "unknown",
+)
+#: Categories that mean "GPU memory really ran out" (exit code 1).
+OOM_CATEGORIES: frozenset[str] = frozenset(CATEGORIES[:4])
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One physical log line (or one ``\\r`` segment of it) after its envelope was stripped."""
+
+    source: int  # index into Incident.sources
+    number: int  # 1-based line number in that source, as an editor shows it
+    seq: int  # global order across all sources
+    text: str  # the message, envelope removed
+    raw: str  # the line as read (decoded), for evidence
+    rank: str | None = None  # SGLang rank tag as printed, e.g. "TP0", "DP0 TP0", "DP-1 TP0"
+    ts: str | None = None  # "YYYY-mm-dd HH:MM:SS[.mmm]" or another printed timestamp
+    actor_pid: int | None = None  # Ray / worker prefix pid, e.g. "(WorkerDict pid=12504)"
+    level: str | None = None  # log level where the envelope prints one (Omni, vLLM)
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A typed observation made by one signature on one line."""
+
+    kind: str
+    line: Line
+    data: Mapping[str, Scalar] = field(default_factory=dict)
+
+    def num(self, key: str) -> float | None:
+        value = self.data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value)
+
+    def text(self, key: str) -> str | None:
+        value = self.data.get(key)
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    path: str
+    lineno: int  # the line in the Python file
+    func: str
+    line: Line | None = None  # the log line that printed this frame
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A process the CUDA OOM message says holds memory on the failing GPU."""
+
+    pid: int | None  # None for PyTorch's "this process"
+    gib: float
+    role: Literal["self", "foreign", "sibling", "peer"]  # how oomdoctor judged it
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class OomMessage:
+    """The numbers of a GPU out-of-memory message (PyTorch allocator or a driver-level error)."""
+
+    form: str  # "pytorch", "pytorch_legacy", "cuda_error", "cublas", "nccl", "triton"
+    requested_gib: float | None = None
+    gpu: int | None = None
+    total_gib: float | None = None
+    free_gib: float | None = None
+    this_process_gib: float | None = None
+    processes: tuple[tuple[int, float], ...] = ()  # (pid, GiB) of "Process N has M" clauses
+    allowed_gib: float | None = None
+    allocated_gib: float | None = None
+    private_pools_gib: float | None = None
+    reserved_unallocated_gib: float | None = None
+    reserved_total_gib: float | None = None  # legacy form only
+    complete: bool = True  # False when the message was cut off before its numbers ended
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failure event (deduplicated across ranks that printed the same thing)."""
+
+    kind: str  # "cuda_oom", "startup_kv", "logical_kv", "tp_imbalance", "graph_capture", ...
+    line: Line
+    message: str
+    ranks: tuple[str, ...] = ()
+    frames: tuple[Frame, ...] = ()
+    oom: OomMessage | None = None
+    site: str = "unknown"  # where it failed: weights, kv_pool, graph_capture, encoder, logits, ...
+    phase: str = "unknown"  # startup, warmup, running, unknown
+    data: Mapping[str, Scalar] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """A number read from the log, with the line that printed it."""
+
+    value: float
+    line: Line
+
+
+@dataclass(frozen=True, slots=True)
+class RankMemory:
+    """The startup memory checkpoints one rank printed (GiB; None where not printed)."""
+
+    rank: str
+    pre: Measured | None = None  # Load weight begin. avail mem
+    post: Measured | None = None  # Load weight end. avail mem
+    weights: Measured | None = None  # Load weight end. mem usage
+    kv_logged: Measured | None = None  # KV Cache is allocated: K+V or KV size
+    kv_tokens: Measured | None = None
+    pool_end: Measured | None = None  # Memory pool end. avail mem
+    graph_begin: Measured | None = None
+    graph_mem: Measured | None = None  # Capture ... graph end. mem usage
+    graph_end: Measured | None = None  # Capture ... graph end. avail mem
+
+
+@dataclass(frozen=True, slots=True)
+class VersionGuess:
+    """The SGLang release range whose formats the log matches."""
+
+    low: str | None
+    high: str | None
+    evidence: tuple[Line, ...] = ()
+
+    @property
+    def label(self) -> str | None:
+        if self.low is None and self.high is None:
+            return None
+        if self.low == self.high:
+            return self.low
+        if self.high is None:
+            return f">={self.low}"
+        if self.low is None:
+            return f"<={self.high}"
+        return f"{self.low}–{self.high}"
+
+
+@dataclass(frozen=True, slots=True)
+class StatsSummary:
+    """What the periodic Prefill/Decode batch lines say (bounded: counts, peaks, the last ones)."""
+
+    prefill_lines: int = 0
+    decode_lines: int = 0
+    peak_token_usage: float | None = None
+    last_prefill: Fact | None = None
+    last_decode: Fact | None = None
+    retractions: int = 0
+    retracted_requests: int = 0
+    first_retraction: Line | None = None
+    last_retraction: Line | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """Everything the log says, assembled: the input to the budget and the rules."""
+
+    sources: tuple[str, ...]
+    lines_read: int
+    engine: str | None
+    version: VersionGuess
+    server_args: Mapping[str, Scalar]
+    server_args_line: Line | None
+    ranks: tuple[RankMemory, ...]
+    summary: Fact | None  # max_total_num_tokens=... line
+    ready: Line | None
+    failures: tuple[Failure, ...]
+    facts: tuple[Fact, ...]  # every evidence-bearing fact (bounded per kind)
+    fact_counts: Mapping[str, int]
+    stats: StatsSummary
+    notices: tuple[str, ...] = ()
+
+    @property
+    def tp_size(self) -> int | None:
+        """--tp-size from server_args, else the number of TP ranks that printed lines."""
+        tp = self.server_args.get("tp_size")
+        if isinstance(tp, int) and not isinstance(tp, bool) and tp > 0:
+            return tp
+        seen = {int(n) for r in self.ranks for n in _TP_RANK.findall(r.rank)}
+        seen |= {int(n) for f in self.failures for r in f.ranks for n in _TP_RANK.findall(r)}
+        return max(seen) + 1 if seen else None
+
+    def facts_of(self, kind: str) -> tuple[Fact, ...]:
+        return tuple(f for f in self.facts if f.kind == kind)
+
+    def first(self, kind: str) -> Fact | None:
+        for f in self.facts:
+            if f.kind == kind:
+                return f
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RankBudget:
+    rank: str
+    pre_gib: float | None
+    post_gib: float | None
+    weights_gib: float | None
+    kv_gib: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The memory budget of DESIGN §2, rebuilt from the log (GiB; None = the log does not say)."""
+
+    rank: str | None = None  # the tightest rank, whose numbers these are
+    pre_gib: float | None = None
+    post_gib: float | None = None
+    weights_gib: float | None = None
+    mem_fraction_static: float | None = None
+    mem_fraction_source: str | None = None
+    static_gib: float | None = None
+    dynamic_gib: float | None = None
+    kv_gib: float | None = None  # computed: post − (1 − y)·pre
+    kv_logged_gib: float | None = None
+    kv_tokens: int | None = None
+    bytes_per_token: int | None = None
+    context_len: int | None = None
+    graph_gib: float | None = None
+    headroom_gib: float | None = None  # free after pool and graphs (runtime headroom)
+    capacity_gib: float | None = None
+    y_zero: float | None = None  # the fraction at which the KV pool is exactly empty
+    y_min: float | None = None
+    y_min_basis: str | None = None
+    y_max: float | None = None
+    y_max_basis: str | None = None
+    reserve_gib: float | None = None
+    window_empty: bool | None = None
+    ranks: tuple[RankBudget, ...] = ()
+    notices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    line: Line
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A rule that fired, with the lines that made it fire."""
+
+    rule: str
+    category: str
+    priority: int
+    confidence: float
+    title: str
+    evidence: tuple[Evidence, ...]
+    advice: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing to change; flag actions carry the current and the computed value."""
+
+    text: str
+    flag: str | None = None
+    direction: Literal["raise", "lower", "set"] | None = None
+    value: Scalar = None
+    current: Scalar = None
+    basis: str | None = None  # the arithmetic behind the value, shown in reports
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    category: str
+    confidence: float
+    summary: str
+    rule: str | None = None
+    explanation: Mapping[str, str] = field(default_factory=dict)  # what/why/remedy from the rule
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The whole result handed to a reporter."""
+
+    verdict: Verdict
+    actions: tuple[Action, ...]
+    findings: tuple[Finding, ...]
+    budget: Budget
+    incident: Incident
+    notices: tuple[str, ...]

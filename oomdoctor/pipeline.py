@@ -1,0 +1,123 @@
+"""The whole pipeline as functions from values to values: inputs → Diagnosis.
+
+read → normalise → extract facts → assemble the incident → budget → features → rules → verdict.
+No printing, no exit codes: the CLI does those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from oomdoctor import advice, budget, engine, features, verdict
+from oomdoctor.extract import Extractor, Matcher, SignatureMatcher
+from oomdoctor.incident import Assembler
+from oomdoctor.model import Diagnosis, Incident
+from oomdoctor.reader import ReadStats, iter_blocks, open_source
+from oomdoctor.rules import Rule, builtin_dir, load
+from oomdoctor.signatures import ALL as SIGNATURES
+
+Progress = Callable[[int], None]
+
+
+def fact_kinds() -> set[str]:
+    return {s.kind for s in SIGNATURES}
+
+
+def load_rules(extra: Sequence[Path] = (), check_fixtures: bool = False) -> tuple[Rule, ...]:
+    """Built-in rules plus user rule directories; raises RuleError listing every problem."""
+    return load([builtin_dir(), *extra], fact_kinds(), check_fixtures)
+
+
+def matchers(rules: Iterable[Rule]) -> list[Matcher]:
+    out: list[Matcher] = [SignatureMatcher(s) for s in SIGNATURES]
+    for rule in rules:
+        out.extend(rule.patterns)
+    return out
+
+
+def read(
+    names: Sequence[str],
+    rules: Sequence[Rule],
+    stdin: BinaryIO | None = None,
+    progress: Progress | None = None,
+) -> Incident:
+    """Read every input (one incident) and assemble what they say. InputError if unreadable."""
+    extractor = Extractor(matchers(rules))
+    labels = tuple("<stdin>" if n == "-" else n for n in names)
+    assembler = Assembler(labels)
+    notices: list[str] = []
+    streams = [open_source(n, stdin) for n in names]  # fail before reading anything
+    try:
+        for index, (label, stream) in enumerate(zip(labels, streams, strict=False)):
+            stats = ReadStats(label)
+            blocks: Iterable[bytes] = iter_blocks(stream, stats)
+            if progress is not None:
+                blocks = _counting(blocks, progress)
+            for line, facts in extractor.facts(index, extractor.scanner.lines(blocks)):
+                assembler.feed(line, facts)
+            assembler.lines_read += stats.lines
+            notices.extend(_read_notices(stats))
+    finally:
+        for name, stream in zip(names, streams, strict=False):
+            if name != "-":
+                stream.close()
+    for kind, why in extractor.disabled.items():
+        notices.append(f"rule pattern {kind[8:]} was disabled for this run: {why}")
+    incident = assembler.incident()
+    if notices:
+        from dataclasses import replace
+
+        incident = replace(incident, notices=incident.notices + tuple(notices))
+    return incident
+
+
+def _counting(blocks: Iterable[bytes], progress: Progress) -> Iterable[bytes]:
+    for block in blocks:
+        progress(len(block))
+        yield block
+
+
+def _read_notices(stats: ReadStats) -> list[str]:
+    out = []
+    if stats.bytes_read == 0 and not stats.read_error:
+        out.append(f"{stats.name}: the input is empty")
+    if stats.cut_lines:
+        out.append(f"{stats.name}: {stats.cut_lines} line(s) longer than 1 MiB were cut")
+    if stats.gzip_truncated:
+        out.append(f"{stats.name}: the gzip stream is truncated; what could be read was used")
+    elif stats.read_error:
+        out.append(f"{stats.name}: reading stopped early: {stats.read_error}")
+    if stats.utf16:
+        out.append(f"{stats.name}: UTF-16 input was converted to UTF-8")
+    return out
+
+
+def diagnose(incident: Incident, rules: Sequence[Rule]) -> Diagnosis:
+    """Budget, features, rules and verdict for an assembled incident."""
+    primary = features.primary_failure(incident)
+    bud = budget.build(incident, primary)
+    feats = features.compute(incident, bud, primary)
+    findings = engine.evaluate(rules, feats)
+    v = verdict.decide(findings, rules, incident, bud, primary)
+    ctx = advice.Context(incident, bud, primary, feats)
+    actions = advice.actions(findings[0].advice if findings else None, ctx)
+    notices = incident.notices + bud.notices
+    return Diagnosis(
+        verdict=v,
+        actions=actions,
+        findings=findings,
+        budget=bud,
+        incident=incident,
+        notices=notices,
+    )
+
+
+def run(
+    names: Sequence[str],
+    rules: Sequence[Rule],
+    stdin: BinaryIO | None = None,
+    progress: Progress | None = None,
+) -> Diagnosis:
+    return diagnose(read(names, rules, stdin, progress), rules)

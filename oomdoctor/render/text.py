@@ -1,0 +1,108 @@
+"""Terminal report (rich). Log text is printed as plain Text, never parsed as markup."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+_STYLE = {
+    "startup_kv_alloc": "bold red",
+    "runtime_activation": "bold red",
+    "cotenant_pressure": "bold magenta",
+    "encoder_starvation": "bold red",
+    "not_oom": "bold yellow",
+    "unknown": "bold",
+}
+
+
+def _gib(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.2f} GiB"
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "unknown" if x is None else f"{x:.{digits}f}"
+
+
+def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    v = report["verdict"]
+    head = Text()
+    head.append(f"{v['category']}", style=_STYLE.get(v["category"], "bold"))
+    head.append(f"  ({v['confidence'] * 100:.0f}% confidence)")
+    console.print(head)
+    console.print(Text(v["summary"]))
+    if v.get("why"):
+        console.print(Text("Why: ", style="bold") + Text(v["why"].replace("\n", " ")))
+    console.print()
+
+    console.print(Text("What to change", style="bold underline"))
+    if not report["actions"]:
+        console.print(Text("Nothing: no out-of-memory was found."))
+    for i, a in enumerate(report["actions"], 1):
+        console.print(Text(f"{i}. ", style="bold") + Text(a["text"]))
+        if a.get("basis"):
+            console.print(Text(f"   basis: {a['basis']}", style="dim"))
+    console.print()
+
+    b = report["budget"]
+    table = Table(title=None, show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("memory budget" + (f" ({b['rank']})" if b.get("rank") else ""))
+    table.add_column("value", justify="right")
+    rows = [
+        ("free before weights (pre)", _gib(b["pre_gib"])),
+        ("free after weights (post)", _gib(b["post_gib"])),
+        ("weights", _gib(b["weights_gib"])),
+        ("--mem-fraction-static (y)", _num(b["mem_fraction_static"])),
+        ("static share y·pre", _gib(b["static_gib"])),
+        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
+        ("KV pool, computed", _gib(b["kv_gib"])),
+        (
+            "KV pool, logged",
+            _gib(b["kv_logged_gib"])
+            + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
+        ),
+        ("headroom after startup", _gib(b["headroom_gib"])),
+        (
+            "window y_min – y_max",
+            f"{_num(b['y_min'])} – {_num(b['y_max'])}"
+            + (" (empty)" if b.get("window_empty") else ""),
+        ),
+    ]
+    for name, value in rows:
+        table.add_row(Text(name), Text(value))
+    console.print(table)
+    console.print()
+
+    console.print(Text("Evidence", style="bold underline"))
+    if not report["findings"]:
+        console.print(Text("No rule fired."))
+    for f in report["findings"]:
+        console.print(Text(f"[{f['rule']}] ", style="bold") + Text(f["title"]))
+        for e in f["evidence"]:
+            where = f"{e['source']}:{e['line']}" + (f" [{e['rank']}]" if e.get("rank") else "")
+            console.print(Text(f"  {where}: ", style="cyan") + Text(e["text"]), soft_wrap=True)
+    if report["notices"]:
+        console.print()
+        console.print(Text("Notices", style="bold underline"))
+        for n in report["notices"]:
+            console.print(Text(f"- {n}"))
+    console.print()
+    footer = f"{report['input']['lines_read']:,} lines read"
+    if report["input"].get("sglang_version"):
+        footer += f"; SGLang formats {report['input']['sglang_version']}"
+    footer += f"; {report['redactions']} secret(s) redacted"
+    console.print(Text(footer, style="dim"))
+    return buf.getvalue()

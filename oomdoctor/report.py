@@ -1,0 +1,192 @@
+"""The report: a JSON-compatible dict built from a Diagnosis (schema of DESIGN §5).
+
+All three output formats render this one dict, after redaction, so they always agree and the
+redaction count covers everything that is printed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor import __version__
+from oomdoctor.features import primary_failure
+from oomdoctor.model import Budget, Diagnosis, Failure, Line
+
+SCHEMA_VERSION = 1
+MAX_EVIDENCE_TEXT = 400
+#: server_args fields worth showing in a memory report (the rest stays in the log).
+MEMORY_ARGS = (
+    "model_path",
+    "tp_size",
+    "pp_size",
+    "dp_size",
+    "ep_size",
+    "enable_dp_attention",
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "max_running_requests",
+    "max_total_tokens",
+    "context_length",
+    "cuda_graph_max_bs",
+    "cuda_graph_max_bs_decode",
+    "cuda_graph_max_bs_prefill",
+    "disable_cuda_graph",
+    "kv_cache_dtype",
+    "page_size",
+    "quantization",
+    "dtype",
+    "speculative_algorithm",
+    "enable_memory_saver",
+    "base_gpu_id",
+    "gpu_id_step",
+)
+
+
+def _r(x: float | None, digits: int = 2) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def line_ref(line: Line, sources: tuple[str, ...], note: str | None = None) -> dict[str, Any]:
+    text = line.raw.rstrip("\n")
+    if len(text) > MAX_EVIDENCE_TEXT:
+        text = text[:MAX_EVIDENCE_TEXT] + "…"
+    ref: dict[str, Any] = {
+        "source": sources[line.source] if line.source < len(sources) else None,
+        "line": line.number,
+        "rank": line.rank,
+        "text": text,
+    }
+    if note:
+        ref["note"] = note
+    return ref
+
+
+def budget_dict(b: Budget) -> dict[str, Any]:
+    return {
+        "rank": b.rank,
+        "pre_gib": _r(b.pre_gib),
+        "post_gib": _r(b.post_gib),
+        "weights_gib": _r(b.weights_gib),
+        "mem_fraction_static": b.mem_fraction_static,
+        "mem_fraction_source": b.mem_fraction_source,
+        "static_gib": _r(b.static_gib),
+        "dynamic_gib": _r(b.dynamic_gib),
+        "kv_gib": _r(b.kv_gib),
+        "kv_logged_gib": _r(b.kv_logged_gib),
+        "kv_tokens": b.kv_tokens,
+        "bytes_per_token": b.bytes_per_token,
+        "context_len": b.context_len,
+        "graph_gib": _r(b.graph_gib),
+        "headroom_gib": _r(b.headroom_gib),
+        "capacity_gib": _r(b.capacity_gib),
+        "y_zero": _r(b.y_zero, 4),
+        "y_min": _r(b.y_min, 4),
+        "y_min_basis": b.y_min_basis,
+        "y_max": _r(b.y_max, 4),
+        "y_max_basis": b.y_max_basis,
+        "reserve_gib": _r(b.reserve_gib),
+        "window_empty": b.window_empty,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "pre_gib": _r(r.pre_gib),
+                "post_gib": _r(r.post_gib),
+                "weights_gib": _r(r.weights_gib),
+                "kv_gib": _r(r.kv_gib),
+            }
+            for r in b.ranks
+        ],
+    }
+
+
+def _failure_dict(f: Failure | None, sources: tuple[str, ...]) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    out: dict[str, Any] = {
+        "kind": f.kind,
+        "phase": f.phase,
+        "site": f.site,
+        "ranks": list(f.ranks),
+        "message": f.message[:1000],
+        "where": line_ref(f.line, sources),
+        "frames": [
+            {"path": fr.path, "line": fr.lineno, "function": fr.func} for fr in f.frames[-12:]
+        ],
+        "oom": None,
+    }
+    if f.oom is not None:
+        o = f.oom
+        out["oom"] = {
+            "form": o.form,
+            "requested_gib": _r(o.requested_gib, 3),
+            "gpu": o.gpu,
+            "total_gib": _r(o.total_gib),
+            "free_gib": _r(o.free_gib, 3),
+            "this_process_gib": _r(o.this_process_gib),
+            "processes": [{"pid": pid, "gib": _r(gib)} for pid, gib in o.processes],
+            "allocated_gib": _r(o.allocated_gib),
+            "private_pools_gib": _r(o.private_pools_gib),
+            "reserved_unallocated_gib": _r(o.reserved_unallocated_gib),
+            "complete": o.complete,
+        }
+    return out
+
+
+def build(diag: Diagnosis) -> dict[str, Any]:
+    inc = diag.incident
+    sources = inc.sources
+    v = diag.verdict
+    primary = primary_failure(inc)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "oomdoctor", "version": __version__},
+        "input": {
+            "sources": list(sources),
+            "lines_read": inc.lines_read,
+            "engine": inc.engine,
+            "sglang_version": inc.version.label,
+        },
+        "verdict": {
+            "category": v.category,
+            "confidence": v.confidence,
+            "summary": v.summary,
+            "rule": v.rule,
+            **{k: v.explanation.get(k) for k in ("what", "why", "remedy")},
+        },
+        "failure": _failure_dict(primary, sources),
+        "actions": [
+            {
+                "flag": a.flag,
+                "direction": a.direction,
+                "value": a.value,
+                "current": a.current,
+                "text": a.text,
+                "basis": a.basis,
+            }
+            for a in diag.actions
+        ],
+        "findings": [
+            {
+                "rule": f.rule,
+                "category": f.category,
+                "priority": f.priority,
+                "confidence": f.confidence,
+                "title": f.title,
+                "evidence": [line_ref(e.line, sources, e.note) for e in f.evidence],
+            }
+            for f in diag.findings
+        ],
+        "budget": budget_dict(diag.budget),
+        "server_args": {k: inc.server_args[k] for k in MEMORY_ARGS if k in inc.server_args},
+        "stats": {
+            "prefill_lines": inc.stats.prefill_lines,
+            "decode_lines": inc.stats.decode_lines,
+            "peak_token_usage": inc.stats.peak_token_usage,
+            "retractions": inc.stats.retractions,
+            "retracted_requests": inc.stats.retracted_requests,
+        },
+        "gpu": None,
+        "notices": list(diag.notices),
+        "redactions": 0,
+    }

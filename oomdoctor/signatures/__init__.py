@@ -1,0 +1,12 @@
+"""Every built-in signature, in one registry."""
+
+from __future__ import annotations
+
+from oomdoctor.signatures import context, failures, startup
+from oomdoctor.signatures.base import Signature
+
+ALL: tuple[Signature, ...] = (
+    startup.SIGNATURES + failures.SIGNATURES + failures.OOM_PARTS + context.SIGNATURES
+)
+
+__all__ = ["ALL", "Signature"]

@@ -1,0 +1,117 @@
+"""From findings to one verdict: the category, a confidence and a one-paragraph summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oomdoctor.model import Budget, Failure, Finding, Incident, Verdict
+from oomdoctor.rules import Rule
+
+#: A runner-up of another category this close in priority makes the verdict less certain.
+AMBIGUITY_GAP = 10
+AMBIGUITY_PENALTY = 0.1
+
+
+def decide(
+    findings: Sequence[Finding],
+    rules: Sequence[Rule],
+    incident: Incident,
+    budget: Budget,
+    primary: Failure | None,
+) -> Verdict:
+    if not findings:
+        return Verdict("unknown", 0.0, _unknown_summary(incident, primary))
+    top = findings[0]
+    rule = next(r for r in rules if r.id == top.rule)
+    confidence = top.confidence
+    for other in findings[1:]:
+        if other.category != top.category and other.priority >= top.priority - AMBIGUITY_GAP:
+            confidence = max(confidence - AMBIGUITY_PENALTY, 0.05)
+            break
+    return Verdict(
+        category=top.category,
+        confidence=round(confidence, 2),
+        summary=_summary(rule, incident, budget, primary),
+        rule=top.rule,
+        explanation={"what": rule.what, "why": rule.why, "remedy": rule.remedy},
+    )
+
+
+def _where(primary: Failure | None) -> str:
+    if primary is None:
+        return ""
+    bits = []
+    if primary.site != "unknown":
+        bits.append(primary.site.replace("_", " "))
+    if primary.phase != "unknown":
+        bits.append(primary.phase)
+    if primary.ranks:
+        ranks = primary.ranks
+        bits.append(
+            ranks[0]
+            if len(ranks) == 1
+            else f"{len(ranks)} ranks: {', '.join(ranks[:4])}" + ("…" if len(ranks) > 4 else "")
+        )
+    line = primary.line
+    bits.append(f"line {line.number}")
+    return f" ({'; '.join(bits)})"
+
+
+def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None) -> str:
+    """The rule's title, with the numbers that prove it."""
+    text = rule.title + _where(primary)
+    oom = primary.oom if primary else None
+    numbers: list[str] = []
+    if rule.category == "startup_kv_alloc" and b.kv_gib is not None and b.mem_fraction_static:
+        numbers.append(
+            f"at --mem-fraction-static {b.mem_fraction_static:g} the static share "
+            f"{b.static_gib:.2f} GiB minus weights {b.weights_gib:.2f} GiB leaves {b.kv_gib:.2f} GiB "
+            "for the KV cache"
+        )
+    elif rule.category == "startup_kv_alloc" and b.weights_gib is not None and b.pre_gib:
+        numbers.append(
+            f"weights take {b.weights_gib:.2f} of {b.pre_gib:.2f} GiB free before loading"
+        )
+    if oom is not None and oom.requested_gib is not None:
+        part = f"{oom.requested_gib:.2f} GiB was requested"
+        if oom.free_gib is not None:
+            part += f" with {oom.free_gib:.2f} GiB free"
+        if oom.total_gib is not None:
+            part += f" of {oom.total_gib:.2f} GiB"
+        numbers.append(part)
+    if (
+        rule.category in ("runtime_activation", "encoder_starvation")
+        and b.dynamic_gib is not None
+        and b.mem_fraction_static is not None
+    ):
+        numbers.append(
+            f"the dynamic share at y = {b.mem_fraction_static:g} is {b.dynamic_gib:.2f} GiB"
+        )
+    if numbers:
+        text += ": " + "; ".join(numbers)
+    return text + "."
+
+
+def _unknown_summary(incident: Incident, primary: Failure | None) -> str:
+    seen = []
+    if incident.engine:
+        seen.append(
+            f"{incident.engine} log"
+            + (f" (formats of {incident.version.label})" if incident.version.label else "")
+        )
+    if incident.server_args_line:
+        seen.append("server_args")
+    if incident.ranks:
+        seen.append(f"startup memory lines of {len(incident.ranks)} rank(s)")
+    if incident.ready:
+        seen.append("the ready line")
+    if incident.stats.prefill_lines or incident.stats.decode_lines:
+        seen.append(f"{incident.stats.prefill_lines + incident.stats.decode_lines} stats lines")
+    text = "No GPU out-of-memory evidence found"
+    if primary is not None:
+        text += f"; the log's failure is not memory-related: {primary.message[:160]!r}"
+    if seen:
+        text += ". Recognised: " + ", ".join(seen)
+    else:
+        text += ". Nothing in the input looked like an SGLang, PyTorch or CUDA log line"
+    return text + "."
