@@ -11,6 +11,7 @@ give stays None and a notice says what was missing. This module owns all of the 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from oomdoctor import sglang_defaults
@@ -47,8 +48,8 @@ def snap_bytes_per_token(kv_gib: float, tokens: int, printed_error_gib: float = 
     by the highest power of two is the one SGLang used.
     """
     central = kv_gib * GIB / tokens
-    low = (kv_gib - printed_error_gib) * GIB / tokens
-    high = (kv_gib + printed_error_gib) * GIB / tokens
+    ends = ((kv_gib - printed_error_gib) * GIB / tokens, (kv_gib + printed_error_gib) * GIB / tokens)
+    low, high = min(ends), max(ends)
     for power in range(20, 3, -1):
         step = 1 << power
         candidate = round(central / step) * step
@@ -112,6 +113,11 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
     with_pre = [r for r in incident.ranks if r.pre is not None]
     with_post = [r for r in incident.ranks if r.post is not None]
     pre = min((r.pre.value for r in with_pre if r.pre), default=None)
+    imbalance = _imbalance_minimum(incident)
+    tight_label = None
+    if imbalance is not None and (pre is None or imbalance < pre):
+        pre = imbalance  # SGLang's own MIN over ranks, printed by the TP balance check
+        tight_label = _silent_rank(incident)
     post = min((r.post.value for r in with_post if r.post), default=None)
     tight = min(with_pre, key=lambda r: r.pre.value if r.pre else 0.0) if with_pre else None
     weights = max((r.weights.value for r in incident.ranks if r.weights), default=None)
@@ -159,6 +165,8 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
         kv = kv_at(y, pre, post)  # type: ignore[arg-type]
     if pre is not None and post is not None and pre > 0:
         y_zero = 1.0 - post / pre
+    if bpt is None and kv is not None and kv < 0:
+        bpt = _bpt_from_negative_profile(incident, kv)
     if kv is not None and kv_logged is not None and kv_logged > kv + 0.15:
         notices.append(
             f"the logged KV pool ({kv_logged:.2f} GiB) is larger than post − (1 − y)·pre = {kv:.2f} GiB: "
@@ -212,7 +220,7 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
     window_empty = (y_min > y_max) if y_min is not None and y_max is not None else None
 
     return Budget(
-        rank=tight.rank if tight and tight.rank != "-" else None,
+        rank=tight_label or (tight.rank if tight and tight.rank != "-" else None),
         pre_gib=pre,
         post_gib=post,
         weights_gib=weights,
@@ -238,6 +246,35 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
         ranks=ranks,
         notices=tuple(notices),
     )
+
+
+def _imbalance_minimum(incident: Incident) -> float | None:
+    for failure in incident.failures:
+        if failure.kind == "tp_imbalance":
+            low = failure.data.get("min")
+            if isinstance(low, float):
+                return low
+    return None
+
+
+def _silent_rank(incident: Incident) -> str | None:
+    """The one TP rank that did not raise the imbalance error: its own free memory is the minimum."""
+    tp = incident.tp_size
+    failure = next((f for f in incident.failures if f.kind == "tp_imbalance"), None)
+    if tp is None or failure is None or not all(re.fullmatch(r"TP\d+", r) for r in failure.ranks):
+        return None
+    missing = set(range(tp)) - {int(r[2:]) for r in failure.ranks}
+    return f"TP{missing.pop()}" if len(missing) == 1 else None
+
+
+def _bpt_from_negative_profile(incident: Incident, kv: float) -> int | None:
+    """``max_total_tokens=N is larger than the profiled value -T``: KV bytes / T tokens."""
+    for failure in incident.failures:
+        tokens = failure.data.get("profiled")
+        if failure.kind == "negative_profile" and isinstance(tokens, int) and tokens < 0:
+            # kv is computed from three printed 2-decimal figures: ±0.01 GiB
+            return snap_bytes_per_token(kv, tokens, printed_error_gib=0.01)
+    return None
 
 
 def _measured_shortfall(primary: Failure | None) -> float | None:

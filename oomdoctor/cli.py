@@ -26,12 +26,12 @@ def _fail(message: str, hint: str | None = None, code: int = EXIT_INPUT) -> NoRe
     sys.exit(code)
 
 
-def _load_rules(rule_dirs: tuple[str, ...], check_fixtures: bool = False) -> Any:
+def _load_rules(rule_dirs: tuple[str, ...]) -> Any:
     from oomdoctor.pipeline import load_rules
     from oomdoctor.rules import RuleError
 
     try:
-        return load_rules([Path(d) for d in rule_dirs], check_fixtures)
+        return load_rules([Path(d) for d in rule_dirs])
     except RuleError as exc:
         for problem in exc.problems:
             click.echo(f"oomdoctor: {problem}", err=True)
@@ -196,7 +196,7 @@ def rules_test(rule_dir: str | None) -> None:
     """Check every rule (built-in, plus DIR's) fires on its fixtures and stays silent on its confusers."""
     from oomdoctor.ruletest import check_rules
 
-    loaded = _load_rules((rule_dir,) if rule_dir else (), check_fixtures=True)
+    loaded = _load_rules((rule_dir,) if rule_dir else ())
     selected = [r for r in loaded if rule_dir is None or Path(rule_dir).resolve() in r.path.parents]
     failures = 0
     for result in check_rules(selected, loaded):

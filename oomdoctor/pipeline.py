@@ -25,9 +25,9 @@ def fact_kinds() -> set[str]:
     return {s.kind for s in SIGNATURES}
 
 
-def load_rules(extra: Sequence[Path] = (), check_fixtures: bool = False) -> tuple[Rule, ...]:
+def load_rules(extra: Sequence[Path] = ()) -> tuple[Rule, ...]:
     """Built-in rules plus user rule directories; raises RuleError listing every problem."""
-    return load([builtin_dir(), *extra], fact_kinds(), check_fixtures)
+    return load([builtin_dir(), *extra], fact_kinds())
 
 
 def matchers(rules: Iterable[Rule]) -> list[Matcher]:

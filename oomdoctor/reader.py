@@ -8,7 +8,6 @@ a line longer than ``max_line`` is cut, with the cut counted, never buffered who
 from __future__ import annotations
 
 import codecs
-import gzip
 import io
 import zlib
 from collections.abc import Iterator
@@ -90,11 +89,53 @@ def _sniff(stream: BinaryIO, stats: ReadStats) -> BinaryIO:
     head = stream.read(4)
     if head.startswith(_GZIP_MAGIC):
         stats.gzip = True
-        return gzip.GzipFile(fileobj=_Prepend(head, stream))  # type: ignore[return-value]
+        return io.BufferedReader(_Gunzip(_Prepend(head, stream), stats))
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         stats.utf16 = True
         return io.BufferedReader(_Utf16ToUtf8(stream, head))
     return _Prepend(head, stream)  # type: ignore[return-value]
+
+
+class _Gunzip(io.RawIOBase):
+    """Incremental gzip decoding that keeps every byte decoded before a truncation or error.
+
+    (``gzip.GzipFile.read`` discards the partial output of the call that hits a cut stream.)
+    Concatenated gzip members are decoded one after another.
+    """
+
+    def __init__(self, raw: io.RawIOBase, stats: ReadStats) -> None:
+        self._raw = raw
+        self._stats = stats
+        self._z = zlib.decompressobj(31)
+        self._pending = b""
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        while not self._pending and not self._done:
+            chunk = self._raw.read(BLOCK_SIZE)
+            if not chunk:
+                self._done = True
+                if not self._z.eof:
+                    self._stats.gzip_truncated = True
+                break
+            try:
+                out = self._z.decompress(chunk)
+                while self._z.eof and self._z.unused_data:  # next member
+                    rest = self._z.unused_data
+                    self._z = zlib.decompressobj(31)
+                    out += self._z.decompress(rest)
+            except zlib.error as exc:
+                self._stats.read_error = f"corrupt gzip data: {exc}"
+                self._done = True
+                break
+            self._pending = out
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
 
 
 class _Prepend(io.RawIOBase):
@@ -137,10 +178,6 @@ def iter_blocks(
     while True:
         try:
             chunk = source.read(block_size)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            stats.gzip_truncated = stats.gzip
-            stats.read_error = f"{type(exc).__name__}: {exc}"
-            chunk = b""
         except OSError as exc:
             stats.read_error = exc.strerror or str(exc)
             chunk = b""

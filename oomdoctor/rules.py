@@ -123,13 +123,10 @@ def builtin_dir() -> Path:
     return packaged if packaged.is_dir() else here.parent / "rules"
 
 
-def load(
-    dirs: Iterable[Path], fact_kinds: Iterable[str], check_fixtures: bool = False
-) -> tuple[Rule, ...]:
+def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
     """Load every ``*.toml`` in ``dirs`` (in order); raise RuleError listing all problems.
 
-    Fixture files are only required to exist when ``check_fixtures`` is set (``rules test``):
-    a diagnosis does not need them.
+    Fixture files need not exist to diagnose; ``rules test`` reports missing ones.
     """
     problems: list[str] = []
     rules: list[Rule] = []
@@ -143,7 +140,7 @@ def load(
         if not files:
             problems.append(f"{directory}: no *.toml rule files")
         for path in files:
-            rule = _load_file(path, kinds, problems, check_fixtures)
+            rule = _load_file(path, kinds, problems)
             if rule is None:
                 continue
             if rule.id in seen:
@@ -175,9 +172,7 @@ def _line_of(text: str, key: str, table: str | None = None) -> int:
     return start + 1 if table is not None else 1
 
 
-def _load_file(
-    path: Path, kinds: set[str], problems: list[str], check_fixtures: bool
-) -> Rule | None:
+def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
     try:
         text = path.read_text("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -260,8 +255,8 @@ def _load_file(
         for key in fixtures:
             if key not in ("fire", "silent"):
                 err(f'unknown key "{key}" in [fixtures]', key, "fixtures")
-        fire = _fixture_paths(path, fixtures.get("fire"), "fire", err, check_fixtures)
-        silent = _fixture_paths(path, fixtures.get("silent"), "silent", err, check_fixtures)
+        fire = _fixture_paths(path, fixtures.get("fire"), "fire", err)
+        silent = _fixture_paths(path, fixtures.get("silent"), "silent", err)
 
     if len(problems) > before:
         return None
@@ -374,20 +369,9 @@ def _conditions(
     return tuple(out)
 
 
-def _fixture_paths(
-    rule_path: Path, raw: Any, key: str, err: Any, must_exist: bool
-) -> tuple[Path, ...]:
+def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[Path, ...]:
+    """Fixture paths, relative to the rule file."""
     if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
         err(f'[fixtures] "{key}" must be a non-empty list of paths', key, "fixtures")
         return ()
-    out = []
-    for rel in raw:
-        p = (rule_path.parent / rel).resolve()
-        if must_exist and not p.is_file():
-            err(
-                f'[fixtures] {key}: no such file "{rel}" (paths are relative to the rule file)',
-                key,
-                "fixtures",
-            )
-        out.append(p)
-    return tuple(out)
+    return tuple((rule_path.parent / rel).resolve() for rel in raw)

@@ -7,6 +7,8 @@ from oomdoctor.budget import GIB, kv_at, round_down, round_up
 from oomdoctor.model import Action
 
 FLAG = "--mem-fraction-static"
+#: Below this dynamic share a server cannot run at all (graphs, NCCL, cuBLAS, a single batch).
+HARD_DYNAMIC_FLOOR_GIB = 2.0
 
 
 def _fmt_y(y: float | None) -> str:
@@ -27,65 +29,74 @@ def _window(ctx: Context) -> str:
     return f" The workable window is {b.y_min:.3f}–{b.y_max:.3f}."
 
 
+def chunked_lever(ctx: Context) -> tuple[float, Action] | None:
+    """Halving --chunked-prefill-size: SGLang budgets 1.5 MiB of activations per prefill token."""
+    chunk = ctx.arg_int("chunked_prefill_size")
+    if not chunk or chunk <= 1024:
+        return None
+    new = chunk // 2
+    gib = 1.5 * (chunk - new) / 1024
+    return gib, Action(
+        text=f"Halve --chunked-prefill-size ({chunk} → {new}): the runtime peak falls by "
+        f"≈{gib:.1f} GiB (SGLang budgets 1.5 MiB per prefill token).",
+        flag="--chunked-prefill-size",
+        direction="lower",
+        value=new,
+        current=chunk,
+    )
+
+
 def levers_for_empty_window(ctx: Context) -> list[Action]:
-    """What moves the bounds when no fraction works, ranked by how much they free (GiB)."""
+    """What moves the bounds when no fraction works, ranked by how many GiB they free."""
     b = ctx.budget
-    out: list[Action] = []
+    ranked: list[tuple[float, Action]] = []
     weights = b.weights_gib
     tp = ctx.arg_int("tp_size") or 1
     if weights is not None:
-        out.append(
-            Action(
-                text=f"Double tensor parallelism (--tp-size {tp * 2}): weights per GPU fall from "
-                f"{weights:.2f} to about {weights / 2:.2f} GiB, freeing ≈{weights / 2:.2f} GiB per GPU.",
-                flag="--tp-size",
-                direction="raise",
-                value=tp * 2,
-                current=tp,
+        ranked.append(
+            (
+                weights / 2,
+                Action(
+                    text=f"Double tensor parallelism (--tp-size {tp * 2}): weights per GPU fall from "
+                    f"{weights:.2f} to ≈{weights / 2:.2f} GiB, freeing ≈{weights / 2:.2f} GiB per GPU.",
+                    flag="--tp-size",
+                    direction="raise",
+                    value=tp * 2,
+                    current=tp,
+                ),
             )
         )
-        out.append(
-            Action(
-                text=f"Quantised weights (FP8, --quantization fp8 or an FP8 checkpoint) halve bf16 "
-                f"weights: ≈{weights / 2:.2f} GiB freed per GPU.",
+        ranked.append(
+            (
+                weights / 2 - 0.01,
+                Action(
+                    text="Quantised weights (an FP8 checkpoint or --quantization fp8) halve bf16 "
+                    f"weights: ≈{weights / 2:.2f} GiB freed per GPU.",
+                ),
             )
         )
-    if b.kv_gib is not None and b.bytes_per_token:
-        out.append(
-            Action(
-                text="An FP8 KV cache (--kv-cache-dtype fp8_e4m3) halves bytes per token "
-                f"({b.bytes_per_token:,} → {b.bytes_per_token // 2:,}), doubling the tokens a "
-                "given pool holds.",
-                flag="--kv-cache-dtype",
-                direction="set",
-                value="fp8_e4m3",
+    need = (b.context_len or 0) * (b.bytes_per_token or 0) / GIB
+    if need > 0 and b.bytes_per_token:
+        ranked.append(
+            (
+                need / 2,
+                Action(
+                    text="An FP8 KV cache (--kv-cache-dtype fp8_e4m3) halves bytes per token "
+                    f"({b.bytes_per_token:,} → {b.bytes_per_token // 2:,}): one full-context request "
+                    f"needs {need / 2:.2f} GiB less.",
+                    flag="--kv-cache-dtype",
+                    direction="set",
+                    value="fp8_e4m3",
+                ),
             )
         )
-    chunk = ctx.arg_int("chunked_prefill_size")
-    if chunk and chunk > 1024:
-        out.append(
-            Action(
-                text=f"A smaller --chunked-prefill-size ({chunk} → {chunk // 2}) lowers the runtime "
-                f"reserve by ≈{1.5 * (chunk - chunk // 2) / 1024:.1f} GiB (SGLang budgets 1.5 MiB per "
-                "prefill token).",
-                flag="--chunked-prefill-size",
-                direction="lower",
-                value=chunk // 2,
-                current=chunk,
-            )
-        )
-    if b.context_len and b.bytes_per_token:
-        out.append(
-            Action(
-                text=f"A shorter --context-length: each 1,000 tokens less needs "
-                f"{1000 * b.bytes_per_token / GIB:.2f} GiB less KV for one full request.",
-                flag="--context-length",
-                direction="lower",
-                current=b.context_len,
-            )
-        )
-    out.append(Action(text="A card with more memory (the same launch flags then fit)."))
-    return out
+    lever = chunked_lever(ctx)
+    if lever is not None:
+        ranked.append(lever)
+    ranked.sort(key=lambda item: -item[0])
+    return [a for _, a in ranked] + [
+        Action(text="A card with more memory (the same flags then fit).")
+    ]
 
 
 def raise_fraction(ctx: Context) -> list[Action]:
@@ -105,23 +116,15 @@ def raise_fraction(ctx: Context) -> list[Action]:
     pre, post = b.pre_gib, b.post_gib
     y_min = b.y_min if b.y_min is not None else b.y_zero
     if b.window_empty:
-        return [
-            Action(
-                text=f"No value of {FLAG} works on this GPU: the KV pool needs y ≥ {y_min:.3f} "
-                f"({b.y_min_basis}) but activations need y ≤ {b.y_max:.3f} ({b.y_max_basis}). "
-                "Change what moves the bounds:",
-            ),
-            *levers_for_empty_window(ctx),
-        ]
+        return _raise_into_empty_window(ctx, y_min)
     # The middle of the window leaves room for both the pool and activations; without an upper
     # bound, a small step above the smallest workable value.
-    target = y_min + RAISE_MARGIN
+    rec = round_up(y_min + RAISE_MARGIN)
     if b.y_max is not None:
-        target = max(target, (y_min + b.y_max) / 2)
+        rec = max(rec, round((y_min + b.y_max) / 2, 2))
     suggested = _suggested_minimum(ctx)
     if suggested is not None:
-        target = max(target, suggested + 0.005)
-    rec = round_up(target)
+        rec = max(rec, round_up(suggested + 0.005))
     if b.y_max is not None and rec > b.y_max:
         rec = round_down(b.y_max, 0.005)
     kv = kv_at(rec, pre, post)
@@ -167,6 +170,61 @@ def raise_fraction(ctx: Context) -> list[Action]:
             ]
         )
     return actions
+
+
+def _raise_into_empty_window(ctx: Context, y_min: float) -> list[Action]:
+    """KV needs y ≥ y_min, the planned runtime reserve needs y ≤ y_max, and y_min > y_max.
+
+    The reserve is an estimate; a fraction just above y_min still starts, with less room for
+    activations than planned. Offer that (with the runtime levers that make it safe) while the
+    dynamic share stays above a hard floor, and the levers that really move the bounds.
+    """
+    b = ctx.budget
+    assert b.pre_gib is not None and b.post_gib is not None and b.y_max is not None
+    pre, post = b.pre_gib, b.post_gib
+    suggested = _suggested_minimum(ctx)
+    rec = round_up(max(y_min + 0.01, (suggested or 0.0) + 0.005))
+    dynamic = (1 - rec) * pre
+    floor = max(HARD_DYNAMIC_FLOOR_GIB, 0.03 * pre, (b.graph_gib or 0.0) + 1.0)
+    head = (
+        f"No value of {FLAG} fits both bounds with today's other flags: the KV pool needs "
+        f"y ≥ {y_min:.3f} ({b.y_min_basis}) but the runtime reserve needs y ≤ {b.y_max:.3f} "
+        f"({b.y_max_basis})."
+    )
+    if rec >= 0.99 or dynamic < floor:
+        return [Action(text=head + " Change what moves the bounds:"), *levers_for_empty_window(ctx)]
+    kv = kv_at(rec, pre, post)
+    shrink = (
+        "so also shrink the runtime peak (next action)"
+        if chunked_lever(ctx) is not None
+        else "so keep batches small until a durable fix is in"
+    )
+    unknown = (
+        " If the fraction was already this high, the fraction is not the fix: use the durable ones."
+        if b.mem_fraction_static is None
+        else ""
+    )
+    return [
+        Action(
+            text=f"{head} To start now, set {FLAG} {_fmt_y(rec)} (today {_fmt_y(b.mem_fraction_static)}): "
+            f"the KV pool gets {kv:.2f} GiB{_tokens(ctx, kv)}, but only {dynamic:.2f} GiB is left "
+            f"for activations, less than the {b.reserve_gib or 0:.2f} GiB planned, {shrink}. "
+            f"Durable fixes follow.{unknown}",
+            flag=FLAG,
+            direction="raise",
+            value=rec,
+            current=b.mem_fraction_static,
+            basis=f"y_min {y_min:.3f} + 0.01; dynamic share (1 − {rec:.2f})·{pre:.2f}",
+        ),
+        *_start_now_levers(ctx),
+    ]
+
+
+def _start_now_levers(ctx: Context) -> list[Action]:
+    """The runtime lever first (it makes the tight start safe), then the durable ones."""
+    lever = chunked_lever(ctx)
+    rest = [a for a in levers_for_empty_window(ctx) if a.flag != "--chunked-prefill-size"]
+    return ([lever[1]] if lever else []) + rest
 
 
 def _suggested_minimum(ctx: Context) -> float | None:

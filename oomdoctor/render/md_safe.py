@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 
 _BACKTICKS = re.compile(r"`+")
-_TILDES = re.compile(r"~+")
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~&])")
+# Characters that can start emphasis, code, links, images, HTML, entities or table cells anywhere.
+_SPECIAL = re.compile(r"([\\`*_\[\]<>!|~&])")
+# At the start of a line these open a heading, a list, a block quote or a thematic break.
+_LINE_START = re.compile(r"^(\s*)(?:([#+\-=>])|(\d+)([.)]))")
 
 
 def fence(text: str, info: str = "text") -> str:
@@ -27,5 +29,12 @@ def code(text: str) -> str:
 
 
 def escape(text: str) -> str:
-    """Plain text with every Markdown/HTML special character backslash-escaped, on one line."""
-    return _SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """Plain text, on one line, with every character that could become Markdown or HTML escaped."""
+    flat = _SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    return _LINE_START.sub(_escape_line_start, flat)
+
+
+def _escape_line_start(m: re.Match[str]) -> str:
+    if m.group(2):  # "# x", "- x", "> x"
+        return f"{m.group(1)}\\{m.group(2)}"
+    return f"{m.group(1)}{m.group(3)}\\{m.group(4)}"  # "1. x" → "1\. x"

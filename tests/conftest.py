@@ -1,0 +1,59 @@
+"""Shared paths and helpers. Tests run the real pipeline on real-format inputs."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from oomdoctor import pipeline, report
+from oomdoctor.model import Diagnosis
+from oomdoctor.rules import Rule
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+RULES = REPO / "rules"
+REAL_LOGS = REPO.parent / "shared" / "real-logs"
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@pytest.fixture(scope="session")
+def rules() -> tuple[Rule, ...]:
+    return pipeline.load_rules()
+
+
+@pytest.fixture(scope="session")
+def diagnose(rules: tuple[Rule, ...]) -> Callable[[Path], Diagnosis]:
+    cache: dict[Path, Diagnosis] = {}
+
+    def run(path: Path) -> Diagnosis:
+        if path not in cache:
+            cache[path] = pipeline.run([str(path)], rules)
+        return cache[path]
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def report_of(diagnose: Callable[[Path], Diagnosis]) -> Callable[[Path], dict[str, object]]:
+    return lambda path: report.build(diagnose(path))
+
+
+def load_toml(path: Path) -> dict[str, object]:
+    return tomllib.loads(path.read_text("utf-8"))
+
+
+def mem_fraction_directions(rep: dict[str, object]) -> list[str]:
+    actions = rep["actions"]
+    assert isinstance(actions, list)
+    return [a["direction"] for a in actions if a["flag"] == "--mem-fraction-static" and a["direction"]]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--bless", action="store_true", help="rewrite golden files from current output")

@@ -1,0 +1,88 @@
+"""Every fixture log with a sidecar `.expect.toml`: category, advice direction and the numbers a
+human computed by hand from the log (see each sidecar's [calc])."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, load_toml, mem_fraction_directions
+
+SIDECARS = sorted(FIXTURES.rglob("*.expect.toml"))
+TOLERANCE_GIB = 0.05
+
+
+def _log(sidecar: Path) -> Path:
+    return sidecar.with_name(sidecar.name.replace(".expect.toml", ".log"))
+
+
+@pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_category(sidecar: Path, report_of: Callable[[Path], dict]) -> None:
+    expect = load_toml(sidecar)
+    rep = report_of(_log(sidecar))
+    assert rep["verdict"]["category"] == expect["category"], rep["verdict"]["summary"]
+
+
+@pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_mem_fraction_direction(sidecar: Path, report_of: Callable[[Path], dict]) -> None:
+    """Advice never moves --mem-fraction-static the wrong way; when a direction is expected, the
+    first mem-fraction action takes it."""
+    expect = load_toml(sidecar)
+    rep = report_of(_log(sidecar))
+    directions = mem_fraction_directions(rep)
+    wanted = expect["direction"]
+    if wanted == "raise":
+        assert directions and directions[0] == "raise"
+        assert "lower" not in directions
+    elif wanted == "lower":
+        assert directions and directions[0] == "lower"
+        assert "raise" not in directions
+    else:
+        assert "raise" not in directions, rep["actions"]
+
+
+@pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_budget_numbers(sidecar: Path, report_of: Callable[[Path], dict]) -> None:
+    expect = load_toml(sidecar)
+    rep = report_of(_log(sidecar))
+    budget = rep["budget"]
+    for key, value in expect.get("budget", {}).items():
+        got = budget[key]
+        assert got is not None, f"{key}: expected {value}, oomdoctor says null"
+        if key in ("kv_tokens", "bytes_per_token"):
+            assert got == value, key
+        elif key == "mem_fraction_static":
+            assert got == pytest.approx(value, abs=1e-6), key
+        else:
+            assert got == pytest.approx(value, abs=TOLERANCE_GIB), key
+    if "tightest_rank" in expect:
+        assert budget["rank"] == expect["tightest_rank"]
+
+
+@pytest.mark.parametrize(
+    "sidecar",
+    [s for s in SIDECARS if "oom" in load_toml(s)],
+    ids=lambda p: str(p.relative_to(FIXTURES)),
+)
+def test_oom_numbers_and_holders(
+    sidecar: Path, report_of: Callable[[Path], dict], diagnose: Callable[[Path], object]
+) -> None:
+    from oomdoctor import holders
+    from oomdoctor.features import primary_failure, sibling_pids
+
+    expect = load_toml(sidecar)["oom"]
+    rep = report_of(_log(sidecar))
+    oom = rep["failure"]["oom"]
+    assert oom is not None
+    for key in ("requested_gib", "free_gib", "total_gib", "this_process_gib"):
+        if key in expect:
+            assert oom[key] == pytest.approx(expect[key], abs=0.01), key
+    diag = diagnose(_log(sidecar))
+    failure = primary_failure(diag.incident)
+    assert failure is not None and failure.oom is not None
+    view = holders.judge(failure.oom, sibling_pids(diag.incident))
+    foreign = sorted((h.pid, round(h.gib, 2)) for h in view.holders if h.role == "foreign")
+    wanted = sorted((f["pid"], round(f["gib"], 2)) for f in expect.get("foreign", []))
+    assert foreign == wanted

@@ -1,0 +1,105 @@
+"""Reporters only format: hand-built report dicts in, golden text out.
+
+Re-bless after a deliberate change with `pytest tests/test_reporters.py --bless` and review the diff.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.render import render
+from oomdoctor.render.md_safe import code, fence
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _load(name: str) -> dict:
+    return json.loads((GOLDEN / name).read_text("utf-8"))
+
+
+@pytest.mark.parametrize(("fmt", "suffix"), [("text", "txt"), ("markdown", "md"), ("json", "json.out")])
+def test_golden(fmt: str, suffix: str, request: pytest.FixtureRequest) -> None:
+    report = _load("startup.json")
+    out = render(report, fmt, color=False, width=100)
+    golden = GOLDEN / f"startup.{suffix}"
+    if request.config.getoption("--bless"):
+        golden.write_text(out, "utf-8")
+    assert golden.is_file(), f"no golden file {golden.name}: run pytest --bless and review it"
+    assert out == golden.read_text("utf-8")
+
+
+def test_json_is_the_report_itself() -> None:
+    report = _load("startup.json")
+    assert json.loads(render(report, "json")) == report
+
+
+HOSTILE = (
+    "</details><script>alert(1)</script> [click](http://evil.example) ![x](http://e.example/i.png) "
+    "<img src=x onerror=alert(1)> ```` ~~~ # heading * list | pipe | & &amp;"
+)
+
+
+def _hostile_report() -> dict:
+    report = copy.deepcopy(_load("startup.json"))
+    report["verdict"]["summary"] = HOSTILE
+    report["actions"][0]["text"] = HOSTILE
+    report["notices"] = [HOSTILE]
+    report["findings"][0]["evidence"][0]["text"] = HOSTILE
+    report["findings"][0]["title"] = HOSTILE
+    report["input"]["sources"] = [HOSTILE]
+    report["failure"]["site"] = HOSTILE
+    report["budget"]["rank"] = HOSTILE
+    return report
+
+
+def test_markdown_log_text_cannot_escape() -> None:
+    from markdown_it import MarkdownIt
+
+    md = render(_hostile_report(), "markdown")
+    tokens = MarkdownIt("commonmark").parse(md)
+
+    def walk(ts):  # type: ignore[no-untyped-def]
+        for t in ts:
+            yield t
+            if t.children:
+                yield from walk(t.children)
+
+    kinds = {t.type for t in walk(tokens)}
+    assert "html_block" not in kinds and "html_inline" not in kinds
+    assert "link_open" not in kinds and "image" not in kinds
+    headings = [t for t in walk(tokens) if t.type == "heading_open"]
+    assert all(t.tag in ("h2", "h3") for t in headings)
+    fences = [t for t in walk(tokens) if t.type == "fence"]
+    assert any(HOSTILE in f.content for f in fences)  # evidence stays inside its fence
+
+
+def test_text_report_does_not_interpret_markup() -> None:
+    report = _hostile_report()
+    report["verdict"]["summary"] = "[bold red]not markup[/bold red] [link=http://x]y[/link]"
+    out = render(report, "text", color=False)
+    assert "[bold red]not markup[/bold red]" in out
+
+
+@pytest.mark.parametrize("text", ["plain", "a ` b", "```", "x ```` y", "`start", "end`"])
+def test_fence_and_code_survive_backticks(text: str) -> None:
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parse(fence(text))
+    assert tokens[0].type == "fence" and tokens[0].content == text + "\n"
+    inline = MarkdownIt("commonmark").parseInline(code(text))[0].children
+    assert inline is not None and inline[0].type == "code_inline" and inline[0].content.strip() == text.strip()
+
+
+@pytest.mark.parametrize("text", ["1. item", "# heading", "- item", "> quote", "+ x", "=== x", "a <b> & [l](u)"])
+def test_escape_keeps_plain_text_plain(text: str) -> None:
+    from markdown_it import MarkdownIt
+
+    from oomdoctor.render.md_safe import escape
+
+    tokens = MarkdownIt("commonmark").parse(escape(text))
+    assert [t.type for t in tokens] == ["paragraph_open", "inline", "paragraph_close"]
+    assert tokens[1].content.replace("\\", "") == text.replace("\\", "")
