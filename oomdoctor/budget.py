@@ -48,7 +48,10 @@ def snap_bytes_per_token(kv_gib: float, tokens: int, printed_error_gib: float = 
     by the highest power of two is the one SGLang used.
     """
     central = kv_gib * GIB / tokens
-    ends = ((kv_gib - printed_error_gib) * GIB / tokens, (kv_gib + printed_error_gib) * GIB / tokens)
+    ends = (
+        (kv_gib - printed_error_gib) * GIB / tokens,
+        (kv_gib + printed_error_gib) * GIB / tokens,
+    )
     low, high = min(ends), max(ends)
     for power in range(20, 3, -1):
         step = 1 << power
@@ -171,6 +174,14 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
         notices.append(
             f"the logged KV pool ({kv_logged:.2f} GiB) is larger than post − (1 − y)·pre = {kv:.2f} GiB: "
             "the fraction in effect differs from the printed one (a VLM or AMD aiter adjustment?)"
+        )
+    clamp = incident.server_args.get("max_total_tokens")
+    smaller = kv is not None and kv_logged is not None and 0 < kv_logged < kv - max(0.5, 0.05 * kv)
+    if smaller and not isinstance(clamp, int):
+        notices.append(
+            f"the logged KV pool ({kv_logged:.2f} GiB) is smaller than post − (1 − y)·pre = "
+            f"{kv:.2f} GiB: another pool (sliding-window, mamba state, a draft model) or a "
+            "rank with less free memory took the difference"
         )
     if y is None:
         notices.append("the log does not show --mem-fraction-static (no server_args line)")

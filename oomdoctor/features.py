@@ -30,12 +30,10 @@ MEMORY_KINDS = (
     "graph_capture_failed",
     "host_oom_kill",
     "host_alloc_failure",
-    "omni_compute_failed",
-    "omni_encode_failed",
     "stage_load_negative",
 )
 #: Kinds that follow another failure (a peer stuck in NCCL, a dead child) rather than cause it.
-CONSEQUENCE_KINDS = frozenset({"watchdog", "child_died", "omni_stage_dead"})
+CONSEQUENCE_KINDS = frozenset({"watchdog", "child_died"})
 OOM_KINDS = frozenset({"cuda_oom", "cuda_error_oom", "cublas_oom", "nccl_oom", "triton_oom"})
 _ENCODER_STAGE = re.compile(
     r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
@@ -113,11 +111,13 @@ def _lines(*items: Line | None) -> tuple[Line, ...]:
 def sibling_pids(incident: Incident) -> dict[int, str]:
     """PIDs of Omni stages named in stage lines (they are the same pipeline, not co-tenants)."""
     out: dict[int, str] = {}
+    for fact in incident.facts_of("omni_stage_group"):
+        for pid in re.findall(r"\d+", fact.text("pids") or str(fact.data.get("pids", ""))):
+            out[int(pid)] = fact.text("stage") or "stage"
     for fact in incident.facts_of("omni_stage"):
         pid = fact.num("pid")
-        stage = fact.text("stage") or "stage"
         if pid is not None:
-            out[int(pid)] = stage
+            out[int(pid)] = fact.text("stage") or "stage"
     return out
 
 
@@ -187,11 +187,12 @@ def compute(incident: Incident, budget: Budget, primary: Failure | None) -> dict
     )
     put("gpu.fault", kind == "gpu_fault", where if kind == "gpu_fault" else None)
 
+    # Omni wraps encoder failures (the OOM follows in the traceback) and reports dead stages.
     encoder_lines = [
         fa.line
-        for fa in incident.failures
+        for fa in incident.facts
         if fa.kind in ("omni_compute_failed", "omni_encode_failed")
-        or (fa.kind == "omni_stage_dead" and _ENCODER_STAGE.search(fa.message))
+        or (fa.kind == "omni_stage_dead" and _ENCODER_STAGE.search(fa.line.text))
     ]
     put("omni.encoder_failed", bool(encoder_lines), *encoder_lines[:3])
     zero = [
@@ -333,10 +334,14 @@ def _parse_ts(ts: str | None) -> datetime | None:
     return None
 
 
+#: A rate over less time than this says little (two retractions a minute apart are not 120/hour).
+MIN_RATE_SPAN_S = 600.0
+
+
 def _per_hour(count: int, first: Line | None, last: Line | None) -> float | None:
     if count < 2 or first is None or last is None:
         return None
     a, b = _parse_ts(first.ts), _parse_ts(last.ts)
-    if a is None or b is None or b <= a:
+    if a is None or b is None or (b - a).total_seconds() < MIN_RATE_SPAN_S:
         return None
     return count / ((b - a).total_seconds() / 3600)

@@ -48,9 +48,6 @@ FAILURE_KINDS = frozenset(
         "host_oom_kill",
         "host_alloc_failure",
         "gpu_fault",
-        "omni_compute_failed",
-        "omni_encode_failed",
-        "omni_stage_dead",
         "stage_load_negative",
         "watchdog",
         "child_died",
@@ -119,6 +116,7 @@ class _Launch:
     server_args_line: Line | None = None
     ranks: dict[str, _RankState] = field(default_factory=dict)
     summary: Fact | None = None
+    initialised: Line | None = None  # scheduler summary line, or Omni's sglang_ar_started
     ready: Line | None = None
     failures: dict[tuple[str, str], _FailureBuilder] = field(default_factory=dict)
     facts: dict[str, list[Fact]] = field(default_factory=dict)
@@ -206,6 +204,7 @@ class Assembler:
             "graph_begin": self._checkpoint,
             "graph_end": self._checkpoint,
             "summary": self._summary,
+            "omni_stage": self._omni_stage,
             "ready": self._ready,
             "retraction": self._retraction,
             "traceback_start": self._traceback_start,
@@ -216,6 +215,11 @@ class Assembler:
 
     def _summary(self, stream: _Stream, fact: Fact) -> None:
         self._launch.summary = fact
+        self._launch.initialised = self._launch.initialised or fact.line
+
+    def _omni_stage(self, stream: _Stream, fact: Fact) -> None:
+        if fact.data.get("event") == "sglang_ar_started":
+            self._launch.initialised = self._launch.initialised or fact.line
 
     def _ready(self, stream: _Stream, fact: Fact) -> None:
         self._launch.ready = self._launch.ready or fact.line
@@ -339,6 +343,10 @@ class Assembler:
         if stream.warmup:
             return "warmup"
         if launch.ready is not None and launch.ready.seq < line.seq:
+            return "running"
+        # The scheduler prints its summary line when initialisation is complete (Omni: the
+        # stage's "started" line); an offline Engine (RL rollouts) never prints a ready line.
+        if launch.initialised is not None and launch.initialised.seq < line.seq:
             return "running"
         if launch.started_loading or launch.server_args_line is not None:
             return "startup"
@@ -494,7 +502,9 @@ class Assembler:
         )
 
     def _engine(self, launch: _Launch) -> str | None:
-        if "omni_stage" in launch.counts or "omni_compute_failed" in launch.counts:
+        if "omni_stage" in launch.counts or "omni_stage_group" in launch.counts:
+            return "sglang-omni"
+        if "omni_compute_failed" in launch.counts:
             return "sglang-omni"
         if "omni_stage_dead" in launch.counts or "omni_memory_profile" in launch.counts:
             return "sglang-omni"

@@ -21,7 +21,9 @@ class RuleCheck:
 
 def check(rule: Rule, fixture: Path, expect: str, all_rules: Sequence[Rule]) -> RuleCheck:
     if not fixture.is_file():
-        return RuleCheck(rule.id, expect, fixture, False, f"no such fixture file (rule: {rule.path})")
+        return RuleCheck(
+            rule.id, expect, fixture, False, f"no such fixture file (rule: {rule.path})"
+        )
     incident = pipeline.read([str(fixture)], all_rules)
     primary = features.primary_failure(incident)
     feats = features.compute(incident, budget.build(incident, primary), primary)

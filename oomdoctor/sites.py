@@ -35,14 +35,13 @@ _SITES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     (
-        "graph_capture",
+        "graph_capture",  # capturing only: replaying a captured graph is an ordinary forward
         (
-            "cuda_graph_runner.py:",
             ":capture",
             ":init_cuda_graphs",
             ":init_device_graphs",
-            "piecewise_cuda_graph",
-            "graph_runner.py:",
+            ":init_piecewise_cuda_graphs",
+            "graph_runner.py:__init__",
         ),
     ),
     (

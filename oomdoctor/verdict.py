@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from oomdoctor.model import Budget, Failure, Finding, Incident, Verdict
 from oomdoctor.rules import Rule
+from oomdoctor.units import size
 
 #: A runner-up of another category this close in priority makes the verdict less certain.
 AMBIGUITY_GAP = 10
@@ -73,11 +74,11 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
             f"weights take {b.weights_gib:.2f} of {b.pre_gib:.2f} GiB free before loading"
         )
     if oom is not None and oom.requested_gib is not None:
-        part = f"{oom.requested_gib:.2f} GiB was requested"
+        part = f"{size(oom.requested_gib)} was requested"
         if oom.free_gib is not None:
-            part += f" with {oom.free_gib:.2f} GiB free"
+            part += f" with {size(oom.free_gib)} free"
         if oom.total_gib is not None:
-            part += f" of {oom.total_gib:.2f} GiB"
+            part += f" of {size(oom.total_gib)}"
         numbers.append(part)
     if (
         rule.category in ("runtime_activation", "encoder_starvation")

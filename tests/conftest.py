@@ -52,8 +52,16 @@ def load_toml(path: Path) -> dict[str, object]:
 def mem_fraction_directions(rep: dict[str, object]) -> list[str]:
     actions = rep["actions"]
     assert isinstance(actions, list)
-    return [a["direction"] for a in actions if a["flag"] == "--mem-fraction-static" and a["direction"]]
+    return [
+        a["direction"]
+        for a in actions
+        if a["flag"]
+        and a["flag"].replace("_", "-").endswith("mem-fraction-static")
+        and a["direction"]
+    ]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--bless", action="store_true", help="rewrite golden files from current output")
+    parser.addoption(
+        "--bless", action="store_true", help="rewrite golden files from current output"
+    )

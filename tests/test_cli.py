@@ -31,13 +31,13 @@ def test_worked_example_numbers_in_json() -> None:
     assert code == 1
     assert rep["budget"]["kv_gib"] == pytest.approx(-5.4, abs=0.005)
     assert rep["budget"]["y_zero"] == pytest.approx(1 - 18 / 78, abs=1e-4)
-    raise_to = [a for a in rep["actions"] if a["flag"] == "--mem-fraction-static"][0]
+    raise_to = next(a for a in rep["actions"] if a["flag"] == "--mem-fraction-static")
     assert raise_to["direction"] == "raise"
     assert rep["budget"]["y_min"] <= raise_to["value"] <= rep["budget"]["y_max"]
     code, out, _ = run("diagnose", str(Y085), "--format", "json")
     rep = json.loads(out)
     assert rep["budget"]["kv_gib"] == pytest.approx(6.3, abs=0.005)
-    lower_to = [a for a in rep["actions"] if a["flag"] == "--mem-fraction-static"][0]
+    lower_to = next(a for a in rep["actions"] if a["flag"] == "--mem-fraction-static")
     assert lower_to["direction"] == "lower" and lower_to["value"] < 0.85
     assert lower_to["value"] >= rep["budget"]["y_min"]
 
@@ -103,7 +103,7 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
     data = gzip.compress(Y070.read_bytes())
     gz = tmp_path / "cut.log.gz"
     gz.write_bytes(data[: len(data) * 9 // 10])
-    code, out, _ = run("diagnose", str(gz), "--format", "json")
+    _code, out, _ = run("diagnose", str(gz), "--format", "json")
     rep = json.loads(out)
     assert any("truncated" in n for n in rep["notices"])
     assert rep["budget"]["pre_gib"] == 78.0  # the part that was read was used
@@ -188,11 +188,13 @@ def test_bad_rule_files_list_every_problem(tmp_path: Path) -> None:
     code, out, err = run("diagnose", str(Y070), "--rules", str(tmp_path))
     assert code == 3 and out == ""
     lines = err.splitlines()
-    assert any(l.startswith(f"oomdoctor: {tmp_path / 'a.toml'}:1: ") and "id" in l for l in lines)
-    assert any(f"{tmp_path / 'a.toml'}:2: " in l and "category" in l for l in lines)
-    assert any(f"{tmp_path / 'a.toml'}:3: " in l and 'unknown key "patern"' in l for l in lines)
-    assert any(f"{tmp_path / 'b.toml'}:" in l and "invalid TOML" in l for l in lines)
-    assert any(l.startswith("hint:") for l in lines)
+    assert any(
+        ln.startswith(f"oomdoctor: {tmp_path / 'a.toml'}:1: ") and "id" in ln for ln in lines
+    )
+    assert any(f"{tmp_path / 'a.toml'}:2: " in ln and "category" in ln for ln in lines)
+    assert any(f"{tmp_path / 'a.toml'}:3: " in ln and 'unknown key "patern"' in ln for ln in lines)
+    assert any(f"{tmp_path / 'b.toml'}:" in ln and "invalid TOML" in ln for ln in lines)
+    assert any(ln.startswith("hint:") for ln in lines)
     assert "Traceback" not in err
 
 
@@ -231,7 +233,9 @@ def test_user_rule_adds_a_pattern_without_code(tmp_path: Path) -> None:
         "[2025-01-01 00:00:00 TP1] gpu-7:1234:1234 [1] NCCL WARN Cuda failure 2 'out of memory'\n"
     )
     (tmp_path / "quiet.log").write_text("[2025-01-01 00:00:00 TP1] Decode batch. #running-req: 1\n")
-    code, out, _ = run("diagnose", str(tmp_path / "nccl.log"), "--rules", str(tmp_path), "--format", "json")
+    code, out, _ = run(
+        "diagnose", str(tmp_path / "nccl.log"), "--rules", str(tmp_path), "--format", "json"
+    )
     rep = json.loads(out)
     assert rep["verdict"]["rule"] == "nccl-cuda-failure"
     assert rep["findings"][0]["evidence"][0]["line"] == 1
@@ -241,7 +245,9 @@ def test_user_rule_adds_a_pattern_without_code(tmp_path: Path) -> None:
 
 
 def test_rules_test_reports_a_failing_fixture(tmp_path: Path) -> None:
-    (tmp_path / "nccl.toml").write_text(USER_RULE.replace('fire = ["nccl.log"]', 'fire = ["quiet.log"]'))
+    (tmp_path / "nccl.toml").write_text(
+        USER_RULE.replace('fire = ["nccl.log"]', 'fire = ["quiet.log"]')
+    )
     (tmp_path / "quiet.log").write_text("nothing here\n")
     code, out, _ = run("rules", "test", str(tmp_path))
     assert code == 1 and "FAIL nccl-cuda-failure" in out and "did not fire" in out
@@ -254,9 +260,13 @@ def test_catastrophic_user_pattern_does_not_hang(tmp_path: Path) -> None:
     (tmp_path / "nccl.log").write_text(line * 50)
     (tmp_path / "quiet.log").write_text("x\n")
     for pattern, disabled in (("NCCL WARN (a+)+$", False), ("NCCL WARN (a|aa)+$", True)):
-        rule = USER_RULE.replace('regex = "NCCL WARN .*Cuda failure (?P<code>\\\\d+)"', f'regex = "{pattern}"')
+        rule = USER_RULE.replace(
+            'regex = "NCCL WARN .*Cuda failure (?P<code>\\\\d+)"', f'regex = "{pattern}"'
+        )
         (tmp_path / "slow.toml").write_text(rule)
-        code, out, _ = run("diagnose", str(tmp_path / "nccl.log"), "--rules", str(tmp_path), "--format", "json")
+        _code, out, _ = run(
+            "diagnose", str(tmp_path / "nccl.log"), "--rules", str(tmp_path), "--format", "json"
+        )
         notices = json.loads(out)["notices"]
         assert any("nccl-cuda-failure.nccl was disabled" in n for n in notices) == disabled
 

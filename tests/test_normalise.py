@@ -17,14 +17,26 @@ MSG = "Load weight begin. avail mem=78.00 GB"
         (f"[2025-09-22 08:14:14 DP2 TP2 EP2] {MSG}", "DP2 TP2 EP2", "2025-09-22 08:14:14"),
         (f"[2024-11-02 10:00:01 DP-1 TP0] {MSG}", "DP-1 TP0", "2024-11-02 10:00:01"),  # 0.3.6
         (f"[2026-01-05 11:22:33.456 PP1 TP5] {MSG}", "PP1 TP5", "2026-01-05 11:22:33.456"),
-        (f"[2026-01-05 11:22:33 DP0 ATTN_CP1 MOE_DP0 TP1 EP1] {MSG}", "DP0 ATTN_CP1 MOE_DP0 TP1 EP1", None),
+        (
+            f"[2026-01-05 11:22:33 DP0 ATTN_CP1 MOE_DP0 TP1 EP1] {MSG}",
+            "DP0 ATTN_CP1 MOE_DP0 TP1 EP1",
+            None,
+        ),
         (f"sglang-1  | [2025-09-22 08:14:14 TP1] {MSG}", "TP1", None),
-        (f"2025-06-03T10:15:22.123456789Z [2025-06-03 10:15:22 TP0] {MSG}", "TP0", "2025-06-03 10:15:22"),
+        (
+            f"2025-06-03T10:15:22.123456789Z [2025-06-03 10:15:22 TP0] {MSG}",
+            "TP0",
+            "2025-06-03 10:15:22",
+        ),
         (f"(SchedulerActor pid=1234, ip=10.0.0.1) [2025-06-03 10:15:22 TP0] {MSG}", "TP0", None),
         (f"(WorkerDict pid=12504) [2025-06-03 10:15:22] {MSG}", None, None),
         (f"> [2025-06-03 10:15:22 TP0] {MSG}", "TP0", None),
         (f"\x1b[32m[2025-06-03 10:15:22 TP0] {MSG}\x1b[0m", "TP0", None),
-        (f"2026-05-11 10:20:09,902 [INFO] sglang_omni.stages: {MSG}", None, "2026-05-11 10:20:09.902"),
+        (
+            f"2026-05-11 10:20:09,902 [INFO] sglang_omni.stages: {MSG}",
+            None,
+            "2026-05-11 10:20:09.902",
+        ),
         (f"INFO 11-05 03:21:41 model_runner.py:1025] {MSG}", None, "11-05 03:21:41"),
         (f"(VllmWorkerProcess pid=67) INFO 11-05 03:21:41 [gpu_worker.py:1025] {MSG}", None, None),
         (f"Jun 03 10:15:22 gpu-host python3[1234]: [2025-06-03 10:15:22 TP2] {MSG}", "TP2", None),
@@ -46,7 +58,9 @@ def test_ray_pid_is_remembered() -> None:
 
 
 def test_ray_repeat_suffix() -> None:
-    env = normalise("(SchedulerActor pid=9, ip=10.0.0.2) [2025-01-01 00:00:00 TP1] x [repeated 7x across cluster]")
+    env = normalise(
+        "(SchedulerActor pid=9, ip=10.0.0.2) [2025-01-01 00:00:00 TP1] x [repeated 7x across cluster]"
+    )
     assert env.text == "x"
 
 

@@ -100,10 +100,14 @@ def test_truncated_message_keeps_what_is_there() -> None:
 
 
 def test_wrapped_message_needs_more() -> None:
-    assert needs_more("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of")
+    assert needs_more(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of"
+    )
 
 
 def test_hip_form() -> None:
-    oom = parse_oom("HIP out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 191.98 GiB of which 2.00 GiB is free.")
+    oom = parse_oom(
+        "HIP out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 191.98 GiB of which 2.00 GiB is free."
+    )
     assert oom.requested_gib == 4.0
     assert oom.total_gib == pytest.approx(191.98)

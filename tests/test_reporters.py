@@ -21,7 +21,9 @@ def _load(name: str) -> dict:
     return json.loads((GOLDEN / name).read_text("utf-8"))
 
 
-@pytest.mark.parametrize(("fmt", "suffix"), [("text", "txt"), ("markdown", "md"), ("json", "json.out")])
+@pytest.mark.parametrize(
+    ("fmt", "suffix"), [("text", "txt"), ("markdown", "md"), ("json", "json.out")]
+)
 def test_golden(fmt: str, suffix: str, request: pytest.FixtureRequest) -> None:
     report = _load("startup.json")
     out = render(report, fmt, color=False, width=100)
@@ -91,10 +93,16 @@ def test_fence_and_code_survive_backticks(text: str) -> None:
     tokens = MarkdownIt("commonmark").parse(fence(text))
     assert tokens[0].type == "fence" and tokens[0].content == text + "\n"
     inline = MarkdownIt("commonmark").parseInline(code(text))[0].children
-    assert inline is not None and inline[0].type == "code_inline" and inline[0].content.strip() == text.strip()
+    assert (
+        inline is not None
+        and inline[0].type == "code_inline"
+        and inline[0].content.strip() == text.strip()
+    )
 
 
-@pytest.mark.parametrize("text", ["1. item", "# heading", "- item", "> quote", "+ x", "=== x", "a <b> & [l](u)"])
+@pytest.mark.parametrize(
+    "text", ["1. item", "# heading", "- item", "> quote", "+ x", "=== x", "a <b> & [l](u)"]
+)
 def test_escape_keeps_plain_text_plain(text: str) -> None:
     from markdown_it import MarkdownIt
 

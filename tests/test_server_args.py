@@ -33,7 +33,9 @@ def test_dict_repr_with_nested_config() -> None:
 
 
 def test_truncated_line_keeps_complete_pairs() -> None:
-    args = parse_server_args("ServerArgs(model_path='/m', tp_size=2, mem_fraction_static=0.88, chunk")
+    args = parse_server_args(
+        "ServerArgs(model_path='/m', tp_size=2, mem_fraction_static=0.88, chunk"
+    )
     assert args == {"model_path": "/m", "tp_size": 2, "mem_fraction_static": 0.88}
 
 

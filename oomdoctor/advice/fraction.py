@@ -5,6 +5,8 @@ from __future__ import annotations
 from oomdoctor.advice.context import RAISE_MARGIN, Context
 from oomdoctor.budget import GIB, kv_at, round_down, round_up
 from oomdoctor.model import Action
+from oomdoctor.units import size
+from oomdoctor.versions import at_least
 
 FLAG = "--mem-fraction-static"
 #: Below this dynamic share a server cannot run at all (graphs, NCCL, cuBLAS, a single batch).
@@ -273,7 +275,7 @@ def _shortfall(ctx: Context) -> float | None:
     return max(oom.requested_gib - oom.free_gib, 0.0)
 
 
-def lower_action(ctx: Context, why: str) -> list[Action]:
+def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
     """Lower the fraction by what the failed allocation proves is missing, plus the margin."""
     b = ctx.budget
     y, pre = b.mem_fraction_static, b.pre_gib
@@ -281,11 +283,11 @@ def lower_action(ctx: Context, why: str) -> list[Action]:
     if y is None or pre is None:
         return [
             Action(
-                text=f"Lower {FLAG} to give {why} more room"
-                + (f" (at least {short + ctx.margin():.2f} GiB more)" if short is not None else "")
+                text=f"Lower {flag} to give {why} more room"
+                + (f" (at least {size(short + ctx.margin())} more)" if short is not None else "")
                 + ". The log lacks server_args or the `Load weight begin` line, so the value "
                 "cannot be computed from it.",
-                flag=FLAG,
+                flag=flag,
                 direction="lower",
                 current=y,
             )
@@ -299,12 +301,12 @@ def lower_action(ctx: Context, why: str) -> list[Action]:
         need = short + ctx.margin()
         rec = round_down(y - need / pre)
         basis = (
-            f"y − (requested − free + margin)/pre = {y:.3f} − ({short:.2f} + {ctx.margin():.2f})/"
+            f"y − (requested − free + margin)/pre = {y:.3f} − ({short:.3f} + {ctx.margin():.2f})/"
             f"{pre:.2f}; margin = max(1 GiB, 10% of the dynamic share)"
         )
         lead = (
-            f"The dynamic share needs ≥ {short:.2f} GiB more (requested − free) plus a "
-            f"{ctx.margin():.2f} GiB margin"
+            f"The dynamic share needs ≥ {size(short)} more (requested − free) plus a "
+            f"{size(ctx.margin())} margin"
         )
     floor = b.y_min if b.y_min is not None else b.y_zero
     if floor is not None and rec < floor:
@@ -315,7 +317,7 @@ def lower_action(ctx: Context, why: str) -> list[Action]:
         else:
             return [
                 Action(
-                    text=f"{lead}, but lowering {FLAG} below {floor:.3f} empties the KV pool "
+                    text=f"{lead}, but lowering {flag} below {floor:.3f} empties the KV pool "
                     f"({b.y_min_basis}). No fraction both starts and runs: use the levers below.",
                 )
             ]
@@ -323,9 +325,9 @@ def lower_action(ctx: Context, why: str) -> list[Action]:
     kv_text = f"; the KV pool becomes {kv:.2f} GiB{_tokens(ctx, kv)}" if kv is not None else ""
     return [
         Action(
-            text=f"{lead}: set {FLAG} {_fmt_y(rec)} (today {_fmt_y(y)}), giving {why} "
+            text=f"{lead}: set {flag} {_fmt_y(rec)} (today {_fmt_y(y)}), giving {why} "
             f"{(1 - rec) * pre:.2f} GiB instead of {(1 - y) * pre:.2f} GiB{kv_text}.",
-            flag=FLAG,
+            flag=flag,
             direction="lower",
             value=rec,
             current=y,
@@ -334,28 +336,45 @@ def lower_action(ctx: Context, why: str) -> list[Action]:
     ]
 
 
+def _batch_kind(ctx: Context) -> str | None:
+    """Prefill or decode: from the traceback (forward_extend / forward_decode), else from the
+    stats line printed last before the failure."""
+    frames = ctx.primary.frames if ctx.primary else ()
+    funcs = {f.func for f in frames}
+    if funcs & {"forward_extend", "forward_prefill", "forward_split_prefill"}:
+        return "prefill"
+    if funcs & {"forward_decode", "forward_idle"}:
+        return "decode"
+    stats = ctx.incident.stats
+    before = [
+        s
+        for s in (stats.last_prefill, stats.last_decode)
+        if s is not None and (ctx.primary is None or s.line.seq < ctx.primary.line.seq)
+    ]
+    if not before:
+        return None
+    return str(max(before, key=lambda s: s.line.seq).data.get("phase"))
+
+
 def runtime_levers(ctx: Context) -> list[Action]:
     """Flags that shrink the runtime peak without touching the KV pool."""
     out: list[Action] = []
     site = ctx.primary.site if ctx.primary else "unknown"
     stats = ctx.incident.stats
-    last = max(
-        (s for s in (stats.last_prefill, stats.last_decode) if s is not None),
-        key=lambda s: s.line.seq,
-        default=None,
-    )
+    batch = _batch_kind(ctx)
+    last = stats.last_decode if batch == "decode" else stats.last_prefill
     chunk = ctx.arg_int("chunked_prefill_size")
-    decode_heavy = last is not None and last.data.get("phase") == "decode"
-    if site in ("forward", "logits", "unknown", "encoder") and not (
-        decode_heavy and site == "forward"
-    ):
+    decode_heavy = batch == "decode"
+    if site in ("forward", "logits", "unknown", "encoder") and not decode_heavy:
         if chunk and chunk > 0:
             new = max(chunk // 2, 512)
+            seen = stats.last_prefill.num("new_token") if stats.last_prefill else None
+            seen_text = f"; the last prefill batch had {int(seen):,} new tokens" if seen else ""
             out.append(
                 Action(
                     text=f"Halve --chunked-prefill-size ({chunk} → {new}): prefill activations and "
-                    f"logits scale with tokens per batch (SGLang budgets ≈1.5 MiB per token, "
-                    f"≈{1.5 * (chunk - new) / 1024:.1f} GiB here).",
+                    f"logits grow linearly with the tokens of a prefill batch, so this roughly "
+                    f"halves the prefill peak{seen_text}.",
                     flag="--chunked-prefill-size",
                     direction="lower",
                     value=new,
@@ -388,7 +407,7 @@ def runtime_levers(ctx: Context) -> list[Action]:
                     current=current_max,
                 )
             )
-    if site == "logits":
+    if _serving_logprobs(ctx):
         out.append(
             Action(
                 text="The allocation was in the logits processor: requests with logprobs over long "
@@ -403,17 +422,28 @@ def runtime_levers(ctx: Context) -> list[Action]:
     if unallocated is not None and short is not None and unallocated >= max(short, 0.5):
         out.append(
             Action(
-                text=f"{unallocated:.2f} GiB was reserved by PyTorch but unallocated "
-                f"(fragmentation) — more than the {short:.2f} GiB missing: set "
+                text=f"{size(unallocated)} was reserved by PyTorch but unallocated "
+                f"(fragmentation) — more than the {size(short)} missing: set "
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
             )
         )
     return out
 
 
+def _serving_logprobs(ctx: Context) -> bool:
+    """A logits-processor OOM while serving, with a dynamic share that is not starved.
+
+    (A warmup or startup forward also runs the logits processor; there the fraction is the cause.)
+    """
+    p, b = ctx.primary, ctx.budget
+    if p is None or p.site != "logits" or p.phase not in ("running", "unknown"):
+        return False
+    return b.dynamic_gib is None or b.pre_gib is None or b.dynamic_gib >= 0.08 * b.pre_gib
+
+
 def lower_fraction(ctx: Context) -> list[Action]:
     levers = runtime_levers(ctx)
-    if ctx.primary is not None and ctx.primary.site == "logits":
+    if _serving_logprobs(ctx):
         # Logprob memory grows with tokens per batch; a smaller fraction alone rarely fixes it.
         return levers + lower_action(ctx, "activations")
     return lower_action(ctx, "activations") + levers
@@ -453,47 +483,34 @@ def graph_capture(ctx: Context) -> list[Action]:
     return out
 
 
+OMNI_THINKER_FLAG = "--thinker.engine.mem_fraction_static"
+
+
 def reserve_encoder(ctx: Context) -> list[Action]:
+    """Encoders need room outside the static share: lower the fraction, and shrink inputs."""
     out: list[Action] = []
-    omni = ctx.incident.engine == "sglang-omni"
-    if omni:
-        zero = bool(
-            ctx.features.get("omni.encoder_reserve_zero")
-            and ctx.features["omni.encoder_reserve_zero"].value
-        )
-        short = _shortfall(ctx)
-        total = ctx.primary.oom.total_gib if ctx.primary and ctx.primary.oom else None
-        share = (
-            f" ≥ {(short + ctx.margin()) / total:.2f} of the GPU"
-            if short is not None and total
-            else ""
-        )
-        out.append(
-            Action(
-                text="The encoders share the GPU with the thinker's static pool. Give them room: "
-                + (
-                    "encoder_mem_reserve was 0.0 because the thinker fraction was pinned; "
-                    if zero
-                    else ""
+    if ctx.incident.engine == "sglang-omni":
+        # Omni's encoder stages share the thinker's GPU; its flag sizes the thinker's pool.
+        out.extend(lower_action(ctx, "the encoder stages on this GPU", flag=OMNI_THINKER_FLAG))
+        zero = ctx.features.get("omni.encoder_reserve_zero")
+        if zero is not None and zero.value:
+            out.append(
+                Action(
+                    text="encoder_mem_reserve was 0.0 because the thinker's fraction was pinned: "
+                    "unpin it and Omni lowers the auto fraction by encoder_mem_reserve (default "
+                    "0.05) itself, or move the encoder stages to another GPU.",
                 )
-                + f"lower the thinker's fraction (--thinker.engine.mem_fraction_static, or "
-                f"--mem-fraction-static) by{share or ' the encoder peak'}, or unpin it so Omni "
-                "applies encoder_mem_reserve (default 0.05), or move the encoder stages to another GPU.",
-                flag="--mem-fraction-static",
-                direction="lower",
             )
-        )
     else:
         out.extend(lower_action(ctx, "the vision/audio encoder"))
-    limit = (
-        "--limit-mm-data-per-request '{\"image\": N}'"
-        if ctx.new_graph_flags is not False
-        else "fewer items per request"
-    )
+    if at_least(ctx.incident.version, "0.5.10"):
+        limit = '--limit-mm-data-per-request \'{"image": N, "video": M}\''
+    else:
+        limit = "--limit-mm-data-per-request on SGLang 0.5.10 and later"
     out.append(
         Action(
             text="Shrink encoder inputs: smaller images (the processor's max_pixels), fewer video "
-            f"frames, shorter audio clips, and fewer items per prompt ({limit} on SGLang 0.5.10+).",
+            f"frames, shorter audio clips, and fewer items per prompt ({limit}).",
         )
     )
     return out

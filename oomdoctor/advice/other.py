@@ -182,8 +182,8 @@ def retraction(ctx: Context) -> list[Action]:
         if running:
             out.append(
                 Action(
-                    text=f"Or cap --max-running-requests below {running} so fewer long requests "
-                    "share the pool.",
+                    text=f"Or lower --max-running-requests ({running} → {max(running * 3 // 4, 1)}) "
+                    "so fewer requests share the pool.",
                     flag="--max-running-requests",
                     direction="lower",
                     value=max(running * 3 // 4, 1),

@@ -55,6 +55,11 @@ SIGNATURES: tuple[Signature, ...] = (
         _key_values,
     ),
     sig(
+        "omni_stage_group",
+        "StageGroup ",
+        r"StageGroup (?P<stage>\S+): spawned \d+ process\(es\) \(pids=\[(?P<pids>[\d, ]*)\]\)",
+    ),
+    sig(
         "omni_memory_profile",
         "SGLang AR memory profile",
         r"SGLang AR memory profile: (?P<event>gpu_mem_accounting=\w+|hybrid_state=\S+)(?P<rest>.*)",
