@@ -125,7 +125,7 @@ class _Launch:
 
     @property
     def started_loading(self) -> bool:
-        return any(r.values for r in self.ranks.values())
+        return any(r.values or r.last_checkpoint for r in self.ranks.values())
 
 
 class Assembler:
@@ -203,6 +203,8 @@ class Assembler:
             "pool_end": self._checkpoint,
             "graph_begin": self._checkpoint,
             "graph_end": self._checkpoint,
+            "load_progress": self._progress,
+            "capture_progress": self._progress,
             "summary": self._summary,
             "omni_stage": self._omni_stage,
             "ready": self._ready,
@@ -216,6 +218,12 @@ class Assembler:
     def _summary(self, stream: _Stream, fact: Fact) -> None:
         self._launch.summary = fact
         self._launch.initialised = self._launch.initialised or fact.line
+
+    def _progress(self, stream: _Stream, fact: Fact) -> None:
+        """A progress bar says which startup step is running, even in an excerpt."""
+        rank = fact.line.rank or "-"
+        state = self._launch.ranks.setdefault(rank, _RankState(rank))
+        state.last_checkpoint = "load_begin" if fact.kind == "load_progress" else "graph_begin"
 
     def _omni_stage(self, stream: _Stream, fact: Fact) -> None:
         if fact.data.get("event") == "sglang_ar_started":

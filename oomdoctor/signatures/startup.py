@@ -83,6 +83,11 @@ SIGNATURES: tuple[Signature, ...] = (
         r"avail_mem=(?P<avail>[\d.]+) GB\)",
     ),
     sig(
+        "load_progress",
+        "checkpoint shards",
+        r"Loading (?:safetensors |pt )?checkpoint shards",
+    ),
+    sig(
         "summary",
         "max_total_num_tokens=",
         r"max_total_num_tokens=(?P<tokens>-?\d+), (?:chunked_prefill_size=(?P<chunked>-?\d+|None), )?"
