@@ -13,28 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from oomdoctor import holders, sites
+from oomdoctor.kinds import CONSEQUENCE_KINDS, MEMORY_KINDS, OOM_KINDS
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
 
-#: Failure kinds that are the memory story itself; the first of them is what gets diagnosed.
-MEMORY_KINDS = (
-    "cuda_oom",
-    "cuda_error_oom",
-    "cublas_oom",
-    "nccl_oom",
-    "triton_oom",
-    "startup_kv_error",
-    "negative_profile",
-    "tp_imbalance",
-    "logical_kv_failure",
-    "req_slot_failure",
-    "graph_capture_failed",
-    "host_oom_kill",
-    "host_alloc_failure",
-    "stage_load_negative",
-)
-#: Kinds that follow another failure (a peer stuck in NCCL, a dead child) rather than cause it.
-CONSEQUENCE_KINDS = frozenset({"watchdog", "child_died"})
-OOM_KINDS = frozenset({"cuda_oom", "cuda_error_oom", "cublas_oom", "nccl_oom", "triton_oom"})
 _ENCODER_STAGE = re.compile(
     r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
 )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from oomdoctor import pytorch_oom, sites
+from oomdoctor.kinds import BARE_OOM_FORMS, FAILURE_KINDS, OOM_KINDS
 from oomdoctor.model import (
     Fact,
     Failure,
@@ -31,34 +32,6 @@ MAX_FRAMES = 120
 MAX_FAILURES = 200
 OOM_CONTINUATION_LINES = 8
 
-#: Fact kinds that are failures of their own (the rest are context).
-FAILURE_KINDS = frozenset(
-    {
-        "cuda_oom",
-        "cuda_error_oom",
-        "cublas_oom",
-        "nccl_oom",
-        "triton_oom",
-        "startup_kv_error",
-        "negative_profile",
-        "tp_imbalance",
-        "logical_kv_failure",
-        "req_slot_failure",
-        "graph_capture_failed",
-        "host_oom_kill",
-        "host_alloc_failure",
-        "gpu_fault",
-        "stage_load_negative",
-        "watchdog",
-        "child_died",
-    }
-)
-_BARE_OOM_FORMS = {
-    "cuda_error_oom": "cuda_error",
-    "cublas_oom": "cublas",
-    "nccl_oom": "nccl",
-    "triton_oom": "triton",
-}
 _CHECKPOINTS = ("load_begin", "load_end", "kv_allocated", "pool_end", "graph_begin", "graph_end")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 
@@ -427,8 +400,8 @@ class Assembler:
                 builder.oom_text = message
                 stream.open_oom = builder
                 stream.open_oom_line = line.number
-        elif kind in _BARE_OOM_FORMS:
-            builder.oom = pytorch_oom.bare(_BARE_OOM_FORMS[kind])
+        elif kind in BARE_OOM_FORMS:
+            builder.oom = pytorch_oom.bare(BARE_OOM_FORMS[kind])
         launch.failures[key] = builder
         stream.last_failure = builder
 
@@ -521,13 +494,10 @@ class Assembler:
         return None
 
 
-_OOM_FACTS = frozenset({"cuda_oom", "cuda_error_oom", "cublas_oom", "nccl_oom", "triton_oom"})
-
-
 def _redundant(kind: str, kinds: set[str]) -> bool:
     """A second failure fact on a line that already states the failure more precisely."""
     if kind == "graph_capture_failed":
-        return bool(kinds & _OOM_FACTS)  # the OOM itself is the failure, at the capture site
+        return bool(kinds & OOM_KINDS)  # the OOM itself is the failure, at the capture site
     if kind == "gpu_fault":
         return "graph_capture_failed" in kinds  # the capture failure carries the reason
     return False

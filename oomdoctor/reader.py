@@ -13,7 +13,12 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
+
+
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
 
 BLOCK_SIZE = 1 << 20
 MAX_LINE = 1 << 20
@@ -59,89 +64,97 @@ def open_source(name: str, stdin: BinaryIO | None = None) -> BinaryIO:
         raise InputError(f"{name}: {exc.strerror or exc}") from None
 
 
-class _Utf16ToUtf8(io.RawIOBase):
-    """Transcodes a UTF-16 byte stream (with BOM) to UTF-8, incrementally."""
+class _Transform(io.RawIOBase):
+    """A raw stream that transforms another chunk by chunk (subclasses define ``_convert``)."""
 
-    def __init__(self, raw: BinaryIO, head: bytes) -> None:
+    def __init__(self, raw: _Readable) -> None:
         self._raw = raw
-        self._decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
-        self._pending = self._decoder.decode(head).encode("utf-8", "replace")
-        self._eof = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        while not self._pending and not self._eof:
-            chunk = self._raw.read(BLOCK_SIZE)
-            if not chunk:
-                self._eof = True
-                self._pending = self._decoder.decode(b"", final=True).encode("utf-8", "replace")
-            else:
-                self._pending = self._decoder.decode(chunk).encode("utf-8", "replace")
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
-
-
-def _sniff(stream: BinaryIO, stats: ReadStats) -> BinaryIO:
-    head = stream.read(4)
-    if head.startswith(_GZIP_MAGIC):
-        stats.gzip = True
-        return io.BufferedReader(_Gunzip(_Prepend(head, stream), stats))
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        stats.utf16 = True
-        return io.BufferedReader(_Utf16ToUtf8(stream, head))
-    return _Prepend(head, stream)  # type: ignore[return-value]
-
-
-class _Gunzip(io.RawIOBase):
-    """Incremental gzip decoding that keeps every byte decoded before a truncation or error.
-
-    (``gzip.GzipFile.read`` discards the partial output of the call that hits a cut stream.)
-    Concatenated gzip members are decoded one after another.
-    """
-
-    def __init__(self, raw: io.RawIOBase, stats: ReadStats) -> None:
-        self._raw = raw
-        self._stats = stats
-        self._z = zlib.decompressobj(31)
         self._pending = b""
         self._done = False
 
     def readable(self) -> bool:
         return True
 
+    def _convert(self, chunk: bytes) -> bytes:
+        """Output for the next input chunk; ``b""`` input means the end of the input."""
+        raise NotImplementedError
+
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         while not self._pending and not self._done:
             chunk = self._raw.read(BLOCK_SIZE)
-            if not chunk:
-                self._done = True
-                if not self._z.eof:
-                    self._stats.gzip_truncated = True
-                break
-            try:
-                out = self._z.decompress(chunk)
-                while self._z.eof and self._z.unused_data:  # next member
-                    rest = self._z.unused_data
-                    self._z = zlib.decompressobj(31)
-                    out += self._z.decompress(rest)
-            except zlib.error as exc:
-                self._stats.read_error = f"corrupt gzip data: {exc}"
-                self._done = True
-                break
-            self._pending = out
+            self._done = not chunk
+            self._pending = self._convert(chunk)
         n = min(len(buffer), len(self._pending))
         buffer[:n] = self._pending[:n]
         self._pending = self._pending[n:]
         return n
 
 
+class _Utf16ToUtf8(_Transform):
+    """Transcodes a UTF-16 byte stream (with BOM) to UTF-8, incrementally."""
+
+    def __init__(self, raw: _Readable) -> None:
+        super().__init__(raw)
+        self._decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+
+    def _convert(self, chunk: bytes) -> bytes:
+        return self._decoder.decode(chunk, final=not chunk).encode("utf-8", "replace")
+
+
+class _Gunzip(_Transform):
+    """Incremental gzip decoding that keeps every byte decoded before a truncation or error.
+
+    (``gzip.GzipFile.read`` discards the partial output of the call that hits a cut stream.)
+    Concatenated gzip members are decoded one after another.
+    """
+
+    def __init__(self, raw: _Readable, stats: ReadStats) -> None:
+        super().__init__(raw)
+        self._stats = stats
+        self._z = zlib.decompressobj(31)
+
+    def _convert(self, chunk: bytes) -> bytes:
+        if not chunk:
+            self._stats.gzip_truncated = not self._z.eof
+            return b""
+        try:
+            out = self._z.decompress(chunk)
+            while self._z.eof and self._z.unused_data:  # the next member
+                rest = self._z.unused_data
+                self._z = zlib.decompressobj(31)
+                out += self._z.decompress(rest)
+        except zlib.error as exc:
+            self._stats.read_error = f"corrupt gzip data: {exc}"
+            self._done = True
+            return b""
+        return out
+
+
+def _sniff(stream: BinaryIO, stats: ReadStats) -> BinaryIO:
+    head = stream.read(4096)
+    if head.startswith(_GZIP_MAGIC):
+        stats.gzip = True
+        return io.BufferedReader(_Gunzip(_Prepend(head, stream), stats))
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and _looks_utf16(head):
+        stats.utf16 = True
+        return io.BufferedReader(_Utf16ToUtf8(_Prepend(head, stream)))
+    return _Prepend(head, stream)  # type: ignore[return-value]
+
+
+def _looks_utf16(head: bytes) -> bool:
+    """A BOM alone proves little in a byte stream; UTF-16 log text has NULs every other byte."""
+    body = head[2:]
+    if len(body) < 2:
+        return True
+    le = head[:2] == codecs.BOM_UTF16_LE
+    zeros = body[1::2] if le else body[0::2]
+    return zeros.count(0) >= 0.3 * len(zeros)
+
+
 class _Prepend(io.RawIOBase):
     """A stream that first returns already-read bytes, then the rest of ``raw``."""
 
-    def __init__(self, head: bytes, raw: BinaryIO) -> None:
+    def __init__(self, head: bytes, raw: _Readable) -> None:
         self._head = head
         self._raw = raw
 

@@ -1,0 +1,31 @@
+"""Which fact kinds are failures, and how they relate (one list, used by every stage)."""
+
+from __future__ import annotations
+
+#: GPU out-of-memory texts; the bare ones carry no numbers and name their form.
+BARE_OOM_FORMS: dict[str, str] = {
+    "cuda_error_oom": "cuda_error",
+    "cublas_oom": "cublas",
+    "nccl_oom": "nccl",
+    "triton_oom": "triton",
+}
+OOM_KINDS: frozenset[str] = frozenset({"cuda_oom", *BARE_OOM_FORMS})
+
+#: Failures that are the memory story itself, in no particular order; the first one in the log
+#: is what gets diagnosed.
+MEMORY_KINDS: frozenset[str] = OOM_KINDS | {
+    "startup_kv_error",
+    "negative_profile",
+    "tp_imbalance",
+    "logical_kv_failure",
+    "req_slot_failure",
+    "graph_capture_failed",
+    "host_oom_kill",
+    "host_alloc_failure",
+    "stage_load_negative",
+}
+#: Failures that usually follow another one (a peer stuck in NCCL, a dead child).
+CONSEQUENCE_KINDS: frozenset[str] = frozenset({"watchdog", "child_died"})
+
+#: Every fact kind that is a failure of its own (everything else is context).
+FAILURE_KINDS: frozenset[str] = MEMORY_KINDS | CONSEQUENCE_KINDS | {"gpu_fault"}
