@@ -87,6 +87,20 @@ def cli(ctx: click.Context, debug: bool) -> None:
 )
 @click.option("--no-redact", is_flag=True, help="Do not mask API keys, tokens and passwords.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when an OOM is diagnosed.")
+@click.option(
+    "--snapshot",
+    "snapshots",
+    multiple=True,
+    metavar="FILE",
+    help="GPU state saved on the GPU host: `oomdoctor snapshot` JSON, `nvidia-smi -q -x` XML, or "
+    "`nvidia-smi --query-compute-apps/--query-gpu ... --format=csv` (repeat to join two CSVs).",
+)
+@click.option("--no-gpu", is_flag=True, help="Do not read the GPU state (no live NVML snapshot).")
+@click.option(
+    "--cuda-visible-devices",
+    metavar="LIST",
+    help="The server's CUDA_VISIBLE_DEVICES, to map its ranks to GPUs in the snapshot.",
+)
 def diagnose(
     logs: tuple[str, ...],
     fmt: str,
@@ -94,12 +108,18 @@ def diagnose(
     rule_dirs: tuple[str, ...],
     no_redact: bool,
     exit_zero: bool,
+    snapshots: tuple[str, ...],
+    no_gpu: bool,
+    cuda_visible_devices: str | None,
 ) -> None:
     """Diagnose one incident from LOG files (several = one incident, e.g. one per rank).
 
     With no LOG (or "-") the log is read from standard input:
-    `python -m sglang.launch_server ... 2>&1 | oomdoctor diagnose -`.
+    `python -m sglang.launch_server ... 2>&1 | oomdoctor diagnose -`. Without --snapshot or
+    --no-gpu, the GPUs of this machine are read through NVML when it is available.
     """
+    if snapshots and no_gpu:
+        _fail("--snapshot and --no-gpu exclude each other", code=EXIT_USAGE)
     names = list(logs) or ["-"]
     if "-" in names and sys.stdin.isatty() and not logs:
         _fail(
@@ -117,8 +137,11 @@ def diagnose(
     from oomdoctor.redact import redact_report
     from oomdoctor.render import render
 
+    gpu = _gpu_state(snapshots, no_gpu)
     try:
-        diagnosis = pipeline.run(names, rules, stdin=sys.stdin.buffer)
+        diagnosis = pipeline.run(
+            names, rules, stdin=sys.stdin.buffer, gpu=gpu, cuda_visible_devices=cuda_visible_devices
+        )
     except InputError as exc:
         _fail(str(exc), "give a readable log file, a .gz file, or - for standard input")
     data = report.build(diagnosis)
@@ -130,6 +153,61 @@ def diagnose(
     _write(render(data, fmt, color=color, width=max(width, 60)), output)
     oom = diagnosis.verdict.category in OOM_CATEGORIES
     sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
+
+
+def _gpu_state(snapshots: tuple[str, ...], no_gpu: bool) -> Any:
+    """A loaded snapshot, a live one, or why there is none (--no-gpu never imports pynvml)."""
+    from oomdoctor.gpu.snapshot import Unavailable
+
+    if no_gpu:
+        return Unavailable("not read (--no-gpu)")
+    if snapshots:
+        from oomdoctor.gpu.loaders import load
+        from oomdoctor.gpu.snapshot import SnapshotError
+
+        try:
+            return load([Path(s) for s in snapshots])
+        except SnapshotError as exc:
+            _fail(
+                f"cannot read the snapshot: {exc}",
+                "give `oomdoctor snapshot` JSON, `nvidia-smi -q -x` XML, or nvidia-smi CSV output",
+            )
+    from oomdoctor.gpu import nvml
+
+    return nvml.take()
+
+
+@cli.command()
+@click.option(
+    "-o", "--output", metavar="FILE", help="Write the snapshot to FILE instead of stdout."
+)
+@click.option("--no-redact", is_flag=True, help="Keep command lines as they are (may hold keys).")
+def snapshot(output: str | None, no_redact: bool) -> None:
+    """Save this machine's GPU state (devices, processes, memory) as JSON for `diagnose --snapshot`.
+
+    Reads NVML; falls back to `nvidia-smi -q -x`. Exits 3 when neither works.
+    """
+    import json
+
+    from oomdoctor.gpu import nvml, smi
+    from oomdoctor.gpu.snapshot import Unavailable, to_json
+    from oomdoctor.redact import Redactor
+
+    state = nvml.take()
+    if isinstance(state, Unavailable):
+        fallback = smi.take()
+        if isinstance(fallback, Unavailable):
+            _fail(
+                f"no GPU state: {state.reason}; {fallback.reason}",
+                state.hint
+                or "run this on the GPU host (inside the server's container, or with "
+                "--pid=host to name the processes)",
+            )
+        state = fallback
+    data = to_json(state)
+    if not no_redact:
+        data = Redactor().walk(data)
+    _write(json.dumps(data, indent=2) + "\n", output)
 
 
 @cli.group()

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from oomdoctor import holders, sites
+from oomdoctor.gpu import cotenants
+from oomdoctor.gpu.cotenants import GpuView
+from oomdoctor.gpu.snapshot import GIB
 from oomdoctor.kinds import CONSEQUENCE_KINDS, MEMORY_KINDS, OOM_KINDS
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
 
@@ -65,6 +68,12 @@ FEATURE_DOCS: Mapping[str, str] = {
     "rl.colocated": "the server runs next to an RL trainer (memory saver, verl, Ray worker)",
     "request.too_long": "a request was longer than the KV pool or context allows",
     "kv.below_context": "SGLang warned the KV pool is smaller than the context length",
+    "gpu.available": "a GPU snapshot (live or from --snapshot) was read",
+    "gpu.foreign_gib": "memory co-tenants hold on the server's (failing) GPU in the snapshot",
+    "gpu.foreign_explains": "the snapshot's co-tenants account for the failure",
+    "gpu.unattributed_gib": "used memory on a server GPU that no listed process accounts for",
+    "gpu.snapshot_gap_s": "seconds from the log's last line to the snapshot",
+    "cotenant.start_gap_gib": "capacity − pre − context overhead: memory held by others at start",
     "budget.kv_gib": "post − (1 − y)·pre",
     "budget.kv_negative": "that KV figure is ≤ 0",
     "budget.window_empty": "no --mem-fraction-static satisfies both KV need and runtime reserve",
@@ -89,6 +98,13 @@ def _lines(*items: Line | None) -> tuple[Line, ...]:
     return tuple(i for i in items if i is not None)
 
 
+def server_pids(gpu: GpuView | None) -> frozenset[int]:
+    """PIDs the snapshot shows as this server's own processes."""
+    if gpu is None:
+        return frozenset()
+    return frozenset(h.pid for h in gpu.holders if h.role == "server")
+
+
 def sibling_pids(incident: Incident) -> dict[int, str]:
     """PIDs of Omni stages named in stage lines (they are the same pipeline, not co-tenants)."""
     out: dict[int, str] = {}
@@ -110,10 +126,13 @@ class _Builder:
         self.values[name] = Feature(value, _lines(*evidence))
 
 
-def compute(incident: Incident, budget: Budget, primary: Failure | None) -> dict[str, Feature]:
+def compute(
+    incident: Incident, budget: Budget, primary: Failure | None, gpu: GpuView | None = None
+) -> dict[str, Feature]:
     """Every feature of FEATURE_DOCS for this incident."""
     put = _Builder()
     f = put.values
+    _gpu_features(put, incident, budget, primary, gpu)
 
     put("engine", incident.engine)
     put("ready", incident.ready is not None, incident.ready)
@@ -135,7 +154,7 @@ def compute(incident: Incident, budget: Budget, primary: Failure | None) -> dict
     ]
     put("startup_kv.error", kind in ("startup_kv_error", "negative_profile"), *kv_error[:3])
 
-    _oom_features(put, incident, budget, primary)
+    _oom_features(put, incident, budget, primary, server_pids(gpu))
 
     captures = [fa for fa in incident.failures if fa.kind == "graph_capture_failed"]
     capture_oom = (
@@ -204,7 +223,11 @@ def compute(incident: Incident, budget: Budget, primary: Failure | None) -> dict
 
 
 def _oom_features(
-    put: _Builder, incident: Incident, budget: Budget, primary: Failure | None
+    put: _Builder,
+    incident: Incident,
+    budget: Budget,
+    primary: Failure | None,
+    server: frozenset[int] = frozenset(),
 ) -> None:
     oom = primary.oom if primary is not None and primary.kind in OOM_KINDS else None
     where = primary.line if primary else None
@@ -239,6 +262,7 @@ def _oom_features(
     view = holders.judge(
         oom,
         sibling_pids(incident),
+        server,
         tensor_parallel=(isinstance(tp, int) and tp > 1) or len(incident.ranks) > 1,
     )
     shortfall = (
@@ -267,6 +291,35 @@ def _oom_features(
     )
     holds = view.self_gib is not None and used is not None and view.self_gib >= used - 1.0
     put("oom.self_holds_card", holds, where if holds else None)
+
+
+def _gpu_features(
+    put: _Builder, incident: Incident, budget: Budget, primary: Failure | None, gpu: GpuView | None
+) -> None:
+    available = gpu is not None and gpu.snapshot is not None
+    put("gpu.available", available)
+    foreign = [h for h in gpu.foreign if h.gib] if gpu is not None else []
+    if gpu is not None and gpu.failing_device is not None:
+        foreign = [h for h in foreign if h.device is gpu.failing_device]
+    where = primary.line if primary else None
+    put("gpu.foreign_gib", sum(h.gib or 0.0 for h in foreign), where if foreign else None)
+    explained = gpu is not None and available and cotenants.explains(gpu, budget, primary)
+    put("gpu.foreign_explains", explained, where if explained else None)
+    gaps = [g for _, g in gpu.unattributed] if gpu is not None else []
+    put("gpu.unattributed_gib", max(gaps) if gaps else None)
+    put("gpu.snapshot_gap_s", gpu.gap_s if gpu is not None else None)
+    capacity = None
+    if gpu is not None and gpu.snapshot is not None:
+        devs = [d for d in (gpu.failing_device, *gpu.server_devices) if d and d.total_bytes]
+        capacity = devs[0].total_bytes / GIB if devs and devs[0].total_bytes else None
+    if capacity is None and primary is not None and primary.oom is not None:
+        capacity = primary.oom.total_gib
+    start_gap = None
+    if capacity is not None and budget.pre_gib is not None:
+        usage = incident.first("dist_init_end")
+        overhead = usage.num("usage") if usage is not None else None
+        start_gap = capacity - budget.pre_gib - (overhead if overhead is not None else 1.5)
+    put("cotenant.start_gap_gib", start_gap, *_budget_lines(incident)[1:2])
 
 
 def _foreign_explains(

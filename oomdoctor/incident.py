@@ -107,6 +107,7 @@ class Assembler:
     def __init__(self, sources: Iterable[str]) -> None:
         self.sources = tuple(sources)
         self.lines_read = 0
+        self.last_ts: str | None = None
         self._launch = _Launch()
         self._failed_launch: _Launch | None = None
         self._launches = 1
@@ -120,6 +121,8 @@ class Assembler:
 
     def feed(self, line: Line, facts: list[Fact]) -> None:
         kinds = {f.kind for f in facts}
+        if line.ts and len(line.ts) >= 19:  # a full date, not vLLM's month-day form
+            self.last_ts = line.ts
         if kinds == {"stats"}:
             head = line.text[:15]
             if head not in self._stats_versions_seen:  # one look per format is enough
@@ -468,6 +471,7 @@ class Assembler:
         return Incident(
             sources=self.sources,
             lines_read=self.lines_read,
+            last_ts=self.last_ts,
             engine=self._engine(launch),
             version=self._versions.guess(),
             server_args=launch.server_args,

@@ -9,7 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from oomdoctor.gpu.cotenants import GpuView
 
 _TP_RANK = re.compile(r"\bTP(\d+)\b")
 
@@ -191,6 +194,7 @@ class Incident:
     fact_counts: Mapping[str, int]
     stats: StatsSummary
     notices: tuple[str, ...] = ()
+    last_ts: str | None = None  # the latest timestamp among the lines read
 
     @property
     def tp_size(self) -> int | None:
@@ -302,3 +306,4 @@ class Diagnosis:
     budget: Budget
     incident: Incident
     notices: tuple[str, ...]
+    gpu: GpuView | None = None  # None: not asked for (--no-gpu)

@@ -12,8 +12,11 @@ from typing import BinaryIO
 
 from oomdoctor import advice, budget, engine, features, verdict
 from oomdoctor.extract import Extractor, Matcher, SignatureMatcher
+from oomdoctor.gpu import cotenants
+from oomdoctor.gpu.cotenants import GpuView
+from oomdoctor.gpu.snapshot import Snapshot, Unavailable
 from oomdoctor.incident import Assembler
-from oomdoctor.model import Diagnosis, Incident
+from oomdoctor.model import Budget, Diagnosis, Failure, Incident
 from oomdoctor.reader import ReadStats, iter_blocks, open_source
 from oomdoctor.rules import Rule, builtin_dir, load
 from oomdoctor.signatures import ALL as SIGNATURES
@@ -94,16 +97,53 @@ def _read_notices(stats: ReadStats) -> list[str]:
     return out
 
 
-def diagnose(incident: Incident, rules: Sequence[Rule]) -> Diagnosis:
-    """Budget, features, rules and verdict for an assembled incident."""
+GpuState = Snapshot | Unavailable | None
+
+
+def features_of(
+    incident: Incident, gpu: GpuState = None, cuda_visible_devices: str | None = None
+) -> dict[str, features.Feature]:
+    """The features rules see, for one incident and GPU state (``rules test`` uses this)."""
     primary = features.primary_failure(incident)
     bud = budget.build(incident, primary)
-    feats = features.compute(incident, bud, primary)
+    view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
+    return features.compute(incident, bud, primary, view)
+
+
+def _gpu_view(
+    incident: Incident,
+    bud: Budget,
+    primary: Failure | None,
+    gpu: GpuState,
+    cuda_visible_devices: str | None,
+) -> GpuView | None:
+    if isinstance(gpu, Snapshot):
+        siblings = features.sibling_pids(incident)
+        return cotenants.analyse(gpu, incident, bud, primary, siblings, cuda_visible_devices)
+    if isinstance(gpu, Unavailable):
+        return cotenants.unavailable(gpu)
+    return None
+
+
+def diagnose(
+    incident: Incident,
+    rules: Sequence[Rule],
+    gpu: GpuState = None,
+    cuda_visible_devices: str | None = None,
+) -> Diagnosis:
+    """Budget, GPU holders, features, rules and verdict for an assembled incident.
+
+    ``gpu`` is a snapshot, the reason there is none, or None when it was not asked for.
+    """
+    primary = features.primary_failure(incident)
+    bud = budget.build(incident, primary)
+    view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
+    feats = features.compute(incident, bud, primary, view)
     findings = engine.evaluate(rules, feats)
     v = verdict.decide(findings, rules, incident, bud, primary)
-    ctx = advice.Context(incident, bud, primary, feats)
+    ctx = advice.Context(incident, bud, primary, feats, view)
     actions = advice.actions(findings[0].advice if findings else None, ctx)
-    notices = incident.notices + bud.notices
+    notices = incident.notices + bud.notices + (view.notes if view else ())
     return Diagnosis(
         verdict=v,
         actions=actions,
@@ -111,6 +151,7 @@ def diagnose(incident: Incident, rules: Sequence[Rule]) -> Diagnosis:
         budget=bud,
         incident=incident,
         notices=notices,
+        gpu=view,
     )
 
 
@@ -119,5 +160,7 @@ def run(
     rules: Sequence[Rule],
     stdin: BinaryIO | None = None,
     progress: Progress | None = None,
+    gpu: GpuState = None,
+    cuda_visible_devices: str | None = None,
 ) -> Diagnosis:
-    return diagnose(read(names, rules, stdin, progress), rules)
+    return diagnose(read(names, rules, stdin, progress), rules, gpu, cuda_visible_devices)

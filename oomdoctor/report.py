@@ -10,6 +10,7 @@ from typing import Any
 
 from oomdoctor import __version__
 from oomdoctor.features import primary_failure
+from oomdoctor.gpu.cotenants import GpuView
 from oomdoctor.model import Budget, Diagnosis, Failure, Line
 
 SCHEMA_VERSION = 1
@@ -133,6 +134,68 @@ def _failure_dict(f: Failure | None, sources: tuple[str, ...]) -> dict[str, Any]
     return out
 
 
+def gpu_dict(view: GpuView | None) -> dict[str, Any]:
+    """The GPU section: devices, processes with their roles, or why there is no snapshot."""
+    if view is None or view.snapshot is None:
+        reason = view.unavailable if view is not None else None
+        return {
+            "available": False,
+            "reason": reason.reason if reason else "not read",
+            "hint": reason.hint if reason else None,
+            "devices": [],
+            "processes": [],
+        }
+    snap = view.snapshot
+    gaps = {id(d): g for d, g in view.unattributed}
+    return {
+        "available": True,
+        "source": snap.source,
+        "time": snap.time,
+        "host": snap.host,
+        "driver_version": snap.driver_version,
+        "cuda_version": snap.cuda_version,
+        "mapping": view.mapping,
+        "snapshot_gap_s": _r(view.gap_s, 0),
+        "devices": [
+            {
+                "index": d.index,
+                "uuid": d.uuid,
+                "pci_bus_id": d.pci_bus_id,
+                "name": d.name,
+                "total_gib": _gib(d.total_bytes),
+                "used_gib": _gib(d.used_bytes),
+                "free_gib": _gib(d.free_bytes),
+                "reserved_gib": _gib(d.reserved_bytes),
+                "mig_mode": d.mig_mode,
+                "server": d in view.server_devices,
+                "failing": d is view.failing_device,
+                "unattributed_gib": _r(gaps.get(id(d))),
+            }
+            for d in snap.devices
+        ],
+        "processes": [
+            {
+                "pid": h.pid,
+                "gpu_uuid": h.device.uuid if h.device else None,
+                "gpu_index": h.device.index if h.device else None,
+                "used_bytes": None if h.gib is None else round(h.gib * (1 << 30)),
+                "used_gib": _r(h.gib),
+                "name": h.name,
+                "is_server": h.role == "server",
+                "role": h.role,
+                "why": h.why,
+                "kv_cost_gib": _r(h.kv_cost_gib),
+                "present_at_start": h.present_at_start,
+            }
+            for h in view.holders
+        ],
+    }
+
+
+def _gib(n: int | None) -> float | None:
+    return None if n is None else round(n / (1 << 30), 2)
+
+
 def build(diag: Diagnosis) -> dict[str, Any]:
     inc = diag.incident
     sources = inc.sources
@@ -186,7 +249,7 @@ def build(diag: Diagnosis) -> dict[str, Any]:
             "retractions": inc.stats.retractions,
             "retracted_requests": inc.stats.retracted_requests,
         },
-        "gpu": None,
+        "gpu": gpu_dict(diag.gpu),
         "notices": list(diag.notices),
         "redactions": 0,
     }

@@ -87,6 +87,17 @@ class RulePattern:
 
 
 @dataclass(frozen=True, slots=True)
+class FixtureRef:
+    """A log a rule is tested on, with the GPU snapshot files that go with it (if any)."""
+
+    log: Path
+    snapshots: tuple[Path, ...] = ()
+
+    def __str__(self) -> str:
+        return str(self.log) + "".join(f" + {s.name}" for s in self.snapshots)
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     id: str
     category: str
@@ -103,8 +114,8 @@ class Rule:
     any: tuple[Condition, ...]
     none: tuple[Condition, ...]
     patterns: tuple[RulePattern, ...]
-    fire: tuple[Path, ...]
-    silent: tuple[Path, ...]
+    fire: tuple[FixtureRef, ...]
+    silent: tuple[FixtureRef, ...]
     path: Path
 
 
@@ -247,8 +258,8 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
             err('[when] needs at least one condition in "all" or "any"', "when")
 
     fixtures = data.get("fixtures")
-    fire: tuple[Path, ...] = ()
-    silent: tuple[Path, ...] = ()
+    fire: tuple[FixtureRef, ...] = ()
+    silent: tuple[FixtureRef, ...] = ()
     if not isinstance(fixtures, dict):
         err("a [fixtures] table with fire = [...] and silent = [...] is required", "fixtures")
     else:
@@ -369,9 +380,32 @@ def _conditions(
     return tuple(out)
 
 
-def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[Path, ...]:
-    """Fixture paths, relative to the rule file."""
-    if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
-        err(f'[fixtures] "{key}" must be a non-empty list of paths', key, "fixtures")
+def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[FixtureRef, ...]:
+    """Fixture entries, relative to the rule file: a log path, or a table
+    ``{ log = "x.log", snapshot = ["gpu.xml"] }`` for a log diagnosed with a GPU snapshot."""
+    if not isinstance(raw, list) or not raw:
+        err(f'[fixtures] "{key}" must be a non-empty list', key, "fixtures")
         return ()
-    return tuple((rule_path.parent / rel).resolve() for rel in raw)
+    base = rule_path.parent
+    out = []
+    for item in raw:
+        if isinstance(item, str):
+            out.append(FixtureRef((base / item).resolve()))
+            continue
+        log = item.get("log") if isinstance(item, dict) else None
+        snaps = item.get("snapshot", []) if isinstance(item, dict) else None
+        if isinstance(snaps, str):
+            snaps = [snaps]
+        if (
+            not isinstance(log, str)
+            or not isinstance(snaps, list)
+            or not all(isinstance(x, str) for x in snaps)
+        ):
+            err(
+                f'[fixtures] {key}: an entry is a path or {{ log = "...", snapshot = [...] }}',
+                key,
+                "fixtures",
+            )
+            continue
+        out.append(FixtureRef((base / log).resolve(), tuple((base / x).resolve() for x in snaps)))
+    return tuple(out)

@@ -4,29 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from oomdoctor import budget, engine, features, pipeline
-from oomdoctor.rules import Rule
+from oomdoctor import engine, pipeline
+from oomdoctor.gpu.loaders import load
+from oomdoctor.gpu.snapshot import SnapshotError
+from oomdoctor.rules import FixtureRef, Rule
 
 
 @dataclass(frozen=True, slots=True)
 class RuleCheck:
     rule: str
     expect: str  # "fire" or "silent"
-    fixture: Path
+    fixture: FixtureRef
     ok: bool
     detail: str
 
 
-def check(rule: Rule, fixture: Path, expect: str, all_rules: Sequence[Rule]) -> RuleCheck:
-    if not fixture.is_file():
-        return RuleCheck(
-            rule.id, expect, fixture, False, f"no such fixture file (rule: {rule.path})"
-        )
-    incident = pipeline.read([str(fixture)], all_rules)
-    primary = features.primary_failure(incident)
-    feats = features.compute(incident, budget.build(incident, primary), primary)
+def check(rule: Rule, fixture: FixtureRef, expect: str, all_rules: Sequence[Rule]) -> RuleCheck:
+    missing = [p for p in (fixture.log, *fixture.snapshots) if not p.is_file()]
+    if missing:
+        return RuleCheck(rule.id, expect, fixture, False, f"no such fixture file {missing[0]}")
+    try:
+        gpu = load(list(fixture.snapshots)) if fixture.snapshots else None
+    except SnapshotError as exc:
+        return RuleCheck(rule.id, expect, fixture, False, f"bad snapshot: {exc}")
+    incident = pipeline.read([str(fixture.log)], all_rules)
+    feats = pipeline.features_of(incident, gpu)
     fired = engine.fires(rule, feats)
     ok = fired == (expect == "fire")
     detail = ""

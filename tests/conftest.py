@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import pipeline, report
+from oomdoctor.gpu.loaders import load
 from oomdoctor.model import Diagnosis
 from oomdoctor.rules import Rule
 
@@ -28,21 +29,27 @@ def rules() -> tuple[Rule, ...]:
     return pipeline.load_rules()
 
 
-@pytest.fixture(scope="session")
-def diagnose(rules: tuple[Rule, ...]) -> Callable[[Path], Diagnosis]:
-    cache: dict[Path, Diagnosis] = {}
+Diagnose = Callable[..., Diagnosis]
 
-    def run(path: Path) -> Diagnosis:
-        if path not in cache:
-            cache[path] = pipeline.run([str(path)], rules)
-        return cache[path]
+
+@pytest.fixture(scope="session")
+def diagnose(rules: tuple[Rule, ...]) -> Diagnose:
+    """Diagnose a log (optionally with GPU snapshot files), cached per input."""
+    cache: dict[tuple[Path, tuple[Path, ...]], Diagnosis] = {}
+
+    def run(path: Path, snapshots: tuple[Path, ...] = ()) -> Diagnosis:
+        key = (path, tuple(snapshots))
+        if key not in cache:
+            gpu = load(list(snapshots)) if snapshots else None
+            cache[key] = pipeline.run([str(path)], rules, gpu=gpu)
+        return cache[key]
 
     return run
 
 
 @pytest.fixture(scope="session")
-def report_of(diagnose: Callable[[Path], Diagnosis]) -> Callable[[Path], dict[str, object]]:
-    return lambda path: report.build(diagnose(path))
+def report_of(diagnose: Diagnose) -> Callable[..., dict[str, object]]:
+    return lambda path, snapshots=(): report.build(diagnose(path, tuple(snapshots)))
 
 
 def load_toml(path: Path) -> dict[str, object]:

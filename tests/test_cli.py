@@ -156,7 +156,7 @@ def test_json_diagnose_does_not_import_jinja2_or_pynvml() -> None:
     probe = (
         "import sys\n"
         "from oomdoctor.cli import main\n"
-        f"sys.argv = ['oomdoctor', 'diagnose', {str(Y070)!r}, '--format', 'json']\n"
+        f"sys.argv = ['oomdoctor', 'diagnose', {str(Y070)!r}, '--format', 'json', '--no-gpu']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "sys.stderr.write(repr([m for m in ('jinja2', 'pynvml') if m in sys.modules]))\n"
     )

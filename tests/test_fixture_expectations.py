@@ -18,10 +18,21 @@ def _log(sidecar: Path) -> Path:
     return sidecar.with_name(sidecar.name.replace(".expect.toml", ".log"))
 
 
+def _snapshots(sidecar: Path) -> tuple[Path, ...]:
+    """The sidecar's `snapshot` key: a path or a list of paths, relative to the sidecar."""
+    raw = load_toml(sidecar).get("snapshot", [])
+    names = [raw] if isinstance(raw, str) else list(raw)
+    return tuple((sidecar.parent / n).resolve() for n in names)
+
+
+def _report(sidecar: Path, report_of: Callable[..., dict]) -> dict:
+    return report_of(_log(sidecar), _snapshots(sidecar))
+
+
 @pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_category(sidecar: Path, report_of: Callable[[Path], dict]) -> None:
     expect = load_toml(sidecar)
-    rep = report_of(_log(sidecar))
+    rep = _report(sidecar, report_of)
     assert rep["verdict"]["category"] == expect["category"], rep["verdict"]["summary"]
 
 
@@ -30,7 +41,7 @@ def test_mem_fraction_direction(sidecar: Path, report_of: Callable[[Path], dict]
     """Advice never moves --mem-fraction-static the wrong way; when a direction is expected, the
     first mem-fraction action takes it."""
     expect = load_toml(sidecar)
-    rep = report_of(_log(sidecar))
+    rep = _report(sidecar, report_of)
     directions = mem_fraction_directions(rep)
     wanted = expect["direction"]
     if wanted == "raise":
@@ -46,7 +57,7 @@ def test_mem_fraction_direction(sidecar: Path, report_of: Callable[[Path], dict]
 @pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_budget_numbers(sidecar: Path, report_of: Callable[[Path], dict]) -> None:
     expect = load_toml(sidecar)
-    rep = report_of(_log(sidecar))
+    rep = _report(sidecar, report_of)
     budget = rep["budget"]
     for key, value in expect.get("budget", {}).items():
         got = budget[key]
@@ -70,19 +81,36 @@ def test_oom_numbers_and_holders(
     sidecar: Path, report_of: Callable[[Path], dict], diagnose: Callable[[Path], object]
 ) -> None:
     from oomdoctor import holders
-    from oomdoctor.features import primary_failure, sibling_pids
+    from oomdoctor.features import primary_failure, server_pids, sibling_pids
 
     expect = load_toml(sidecar)["oom"]
-    rep = report_of(_log(sidecar))
+    rep = _report(sidecar, report_of)
     oom = rep["failure"]["oom"]
     assert oom is not None
     for key in ("requested_gib", "free_gib", "total_gib", "this_process_gib"):
         if key in expect:
             assert oom[key] == pytest.approx(expect[key], abs=0.01), key
-    diag = diagnose(_log(sidecar))
+    diag = diagnose(_log(sidecar), _snapshots(sidecar))
     failure = primary_failure(diag.incident)
     assert failure is not None and failure.oom is not None
-    view = holders.judge(failure.oom, sibling_pids(diag.incident))
+    view = holders.judge(failure.oom, sibling_pids(diag.incident), server_pids(diag.gpu))
     foreign = sorted((h.pid, round(h.gib, 2)) for h in view.holders if h.role == "foreign")
     wanted = sorted((f["pid"], round(f["gib"], 2)) for f in expect.get("foreign", []))
+    assert foreign == wanted
+
+
+@pytest.mark.parametrize(
+    "sidecar",
+    [s for s in SIDECARS if "gpu" in load_toml(s)],
+    ids=lambda p: str(p.relative_to(FIXTURES)),
+)
+def test_snapshot_cotenants(sidecar: Path, report_of: Callable[..., dict]) -> None:
+    """The co-tenants the snapshot shows on the server's GPUs, with their sizes."""
+    expect = load_toml(sidecar)["gpu"]
+    gpu = _report(sidecar, report_of)["gpu"]
+    assert gpu["available"]
+    foreign = sorted(
+        (p["pid"], round(p["used_gib"], 1)) for p in gpu["processes"] if p["role"] == "foreign"
+    )
+    wanted = sorted((f["pid"], round(f["gib"], 1)) for f in expect["foreign"])
     assert foreign == wanted

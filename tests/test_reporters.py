@@ -21,13 +21,14 @@ def _load(name: str) -> dict:
     return json.loads((GOLDEN / name).read_text("utf-8"))
 
 
+@pytest.mark.parametrize("name", ["startup", "cotenant"])
 @pytest.mark.parametrize(
     ("fmt", "suffix"), [("text", "txt"), ("markdown", "md"), ("json", "json.out")]
 )
-def test_golden(fmt: str, suffix: str, request: pytest.FixtureRequest) -> None:
-    report = _load("startup.json")
+def test_golden(name: str, fmt: str, suffix: str, request: pytest.FixtureRequest) -> None:
+    report = _load(f"{name}.json")
     out = render(report, fmt, color=False, width=100)
-    golden = GOLDEN / f"startup.{suffix}"
+    golden = GOLDEN / f"{name}.{suffix}"
     if request.config.getoption("--bless"):
         golden.write_text(out, "utf-8")
     assert golden.is_file(), f"no golden file {golden.name}: run pytest --bless and review it"

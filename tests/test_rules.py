@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from oomdoctor import pipeline
 from oomdoctor.features import FEATURE_DOCS
+from oomdoctor.rules import FixtureRef, Rule
 from oomdoctor.ruletest import check
 from tests.conftest import FIXTURES, RULES
 
@@ -20,9 +19,12 @@ CASES = [(r, "fire", f) for r in BUILTIN for f in r.fire] + [
 @pytest.mark.parametrize(
     ("rule", "expect", "fixture"),
     CASES,
-    ids=[f"{r.id}-{e}-{f.relative_to(FIXTURES)}" for r, e, f in CASES],
+    ids=[
+        f"{r.id}-{e}-{f.log.relative_to(FIXTURES)}" + ("+snapshot" if f.snapshots else "")
+        for r, e, f in CASES
+    ],
 )
-def test_rule_on_its_fixture(rule, expect: str, fixture: Path) -> None:  # type: ignore[no-untyped-def]
+def test_rule_on_its_fixture(rule: Rule, expect: str, fixture: FixtureRef) -> None:
     result = check(rule, fixture, expect, BUILTIN)
     assert result.ok, result.detail
 
@@ -43,7 +45,7 @@ def test_every_rule_has_docs_and_both_kinds_of_fixture() -> None:
 
 
 def test_every_fixture_is_used_by_a_rule() -> None:
-    used = {f for r in BUILTIN for f in (*r.fire, *r.silent)}
+    used = {f.log for r in BUILTIN for f in (*r.fire, *r.silent)}
     unused = [p.relative_to(FIXTURES) for p in FIXTURES.rglob("*.log") if p.resolve() not in used]
     assert not unused, f"fixtures no rule fires or stays silent on: {unused}"
 

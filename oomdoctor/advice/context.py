@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from oomdoctor.features import Feature
+from oomdoctor.gpu.cotenants import GpuView
 from oomdoctor.model import Budget, Failure, Incident
 from oomdoctor.versions import at_least, at_most
 
@@ -24,6 +25,7 @@ class Context:
     budget: Budget
     primary: Failure | None
     features: Mapping[str, Feature]
+    gpu: GpuView | None = None
 
     # -- version-aware flag names (0.5.23 renamed the CUDA-graph knobs) -------------------------
     @property

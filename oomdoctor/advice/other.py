@@ -2,72 +2,88 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from oomdoctor import holders
 from oomdoctor.advice.context import Context
-from oomdoctor.advice.fraction import lower_action
+from oomdoctor.advice.fraction import lower_action, raise_fraction
 from oomdoctor.budget import GIB
-from oomdoctor.features import sibling_pids
+from oomdoctor.features import server_pids, sibling_pids
 from oomdoctor.model import Action
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
 FREQUENT_RETRACTIONS_PER_HOUR = 30.0
 
 
-def free_gpu(ctx: Context) -> list[Action]:
-    out: list[Action] = []
+def _holder_action(ctx: Context, pid: int, gib: float, where: str, detail: str) -> Action:
     y = ctx.budget.mem_fraction_static
+    cost = f"; it costs the KV pool {y * gib:.2f} GiB (y × held = {y:.2f} × {gib:.2f})" if y else ""
+    actor = ctx.primary.line.actor_pid if ctx.primary else None
+    who = f"Process {pid}{detail}"
+    if actor is not None and pid == actor:
+        who += " (the Ray worker that hosts this server: a co-located trainer)"
+    return Action(
+        text=f"{who} holds {gib:.2f} GiB on {where}: stop it, move it to another GPU, or release "
+        f"its memory before the server runs{cost}.",
+    )
+
+
+def _snapshot_holders(ctx: Context) -> list[Action]:
+    gpu = ctx.gpu
+    if gpu is None or gpu.snapshot is None:
+        return []
+    out = []
+    for h in gpu.foreign:
+        if h.gib is None:
+            continue
+        name = h.name or "unknown name: another PID namespace"
+        since = {True: ", there since before the server started", False: ", arrived after start"}
+        detail = (
+            f" ({name}{since.get(h.present_at_start, '')})"
+            if h.present_at_start is not None
+            else f" ({name})"
+        )
+        where = h.device.label if h.device is not None else "the server's GPU"
+        out.append(_holder_action(ctx, h.pid, h.gib, where, detail))
+    for dev, gap in gpu.unattributed:
+        out.append(
+            Action(
+                text=f"{gap:.2f} GiB in use on {dev.label} belongs to no listed process (another "
+                "container, or a driver-level allocation): check `nvidia-smi` on the host.",
+            )
+        )
+    return out
+
+
+def _message_holders(ctx: Context) -> list[Action]:
+    oom = ctx.primary.oom if ctx.primary else None
+    if oom is None:
+        return []
+    view = holders.judge(oom, sibling_pids(ctx.incident), server_pids(ctx.gpu))
+    where = f"GPU {oom.gpu}" if oom.gpu is not None else "the GPU"
+    out = [
+        _holder_action(ctx, h.pid or 0, h.gib, where, "")
+        for h in view.holders
+        if h.role == "foreign"
+    ]
+    if view.unattributed_gib and view.unattributed_gib > 2.0:
+        out.append(
+            Action(
+                text=f"{view.unattributed_gib:.2f} GiB in use on {where} belongs to no process the "
+                "message lists (another container or PID namespace): check `nvidia-smi` on the "
+                "host, or run `oomdoctor snapshot` there.",
+            )
+        )
+    return out
+
+
+def free_gpu(ctx: Context) -> list[Action]:
+    """Name the co-tenants and their cost; then how to size the server if they must stay."""
+    out = _snapshot_holders(ctx) or _message_holders(ctx)
     primary = ctx.primary
-    oom = primary.oom if primary else None
-    if oom is not None:
-        view = holders.judge(oom, sibling_pids(ctx.incident))
-        gpu = f"GPU {oom.gpu}" if oom.gpu is not None else "the GPU"
-        actor = primary.line.actor_pid if primary else None
-        for h in view.holders:
-            if h.role != "foreign":
-                continue
-            cost = (
-                f"; it costs the KV pool {y * h.gib:.2f} GiB (y × held = {y:.2f} × {h.gib:.2f})"
-                if y
-                else ""
-            )
-            who = f"Process {h.pid}"
-            if actor is not None and h.pid == actor:
-                who += " (the Ray worker that hosts this server: a co-located trainer)"
-            out.append(
-                Action(
-                    text=f"{who} holds {h.gib:.2f} GiB on {gpu}: stop it, move it to another GPU, or "
-                    f"release its memory before the server runs{cost}.",
-                )
-            )
-        if view.unattributed_gib and view.unattributed_gib > 2.0:
-            out.append(
-                Action(
-                    text=f"{view.unattributed_gib:.2f} GiB in use on {gpu} belongs to no process the "
-                    "message lists (another container or PID namespace): check `nvidia-smi` on the "
-                    "host, or run `oomdoctor snapshot` there.",
-                )
-            )
+    y = ctx.budget.mem_fraction_static
     if primary is not None and primary.kind == "tp_imbalance":
-        low = primary.data.get("min")
-        local = primary.data.get("local")
-        if isinstance(low, float) and isinstance(local, float):
-            gap = local - low
-            cost = f"; the whole server loses ≈{y * gap:.2f} GiB of KV per GPU" if y else ""
-            out.append(
-                Action(
-                    text=f"One GPU has {gap:.2f} GiB less free memory than this rank's ({low:.2f} vs "
-                    f"{local:.2f} GiB): another process holds it. SGLang sizes every rank by the "
-                    f"tightest GPU{cost}. Free that GPU (nvidia-smi), or pick other GPUs "
-                    "(CUDA_VISIBLE_DEVICES / --base-gpu-id).",
-                )
-            )
-        else:
-            out.append(
-                Action(
-                    text="Some GPU of this server is partly occupied by another process: "
-                    "free it (nvidia-smi) or pick other GPUs (CUDA_VISIBLE_DEVICES)."
-                )
-            )
+        out.append(_imbalance(ctx))
     rl = ctx.features.get("rl.colocated")
     if rl is not None and rl.value:
         out.append(
@@ -78,20 +94,12 @@ def free_gpu(ctx: Context) -> list[Action]:
                 "are resident.",
             )
         )
-    if oom is not None and ctx.budget.mem_fraction_static is not None:
-        sized = lower_action(ctx, "activations next to the other process")
+    if primary is not None and y is not None:
+        startup = primary.kind in ("startup_kv_error", "negative_profile")
+        sized = raise_fraction(ctx) if startup else lower_action(ctx, "activations next to it")
         if sized and sized[0].flag:
             first = sized[0]
-            out.append(
-                Action(
-                    text="If the other process must stay: " + first.text,
-                    flag=first.flag,
-                    direction=first.direction,
-                    value=first.value,
-                    current=first.current,
-                    basis=first.basis,
-                )
-            )
+            out.append(replace(first, text="If the other process must stay: " + first.text))
     if not out:
         out.append(
             Action(
@@ -100,6 +108,28 @@ def free_gpu(ctx: Context) -> list[Action]:
             )
         )
     return out
+
+
+def _imbalance(ctx: Context) -> Action:
+    primary = ctx.primary
+    y = ctx.budget.mem_fraction_static
+    low = primary.data.get("min") if primary else None
+    local = primary.data.get("local") if primary else None
+    if not (isinstance(low, float) and isinstance(local, float)):
+        return Action(
+            text="Some GPU of this server is partly occupied by another process: free it "
+            "(nvidia-smi) or pick other GPUs (CUDA_VISIBLE_DEVICES)."
+        )
+    gap = local - low
+    cost = f"; the whole server loses ≈{y * gap:.2f} GiB of KV per GPU" if y else ""
+    rank = ctx.budget.rank
+    which = f"The GPU of {rank}" if rank else "One GPU"
+    return Action(
+        text=f"{which} has {gap:.2f} GiB less free memory than the others ({low:.2f} vs "
+        f"{local:.2f} GiB): another process holds it. SGLang sizes every rank by the tightest "
+        f"GPU{cost}. Free that GPU (nvidia-smi), or pick other GPUs (CUDA_VISIBLE_DEVICES / "
+        "--base-gpu-id).",
+    )
 
 
 def kv_slots(ctx: Context) -> list[Action]:

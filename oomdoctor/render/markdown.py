@@ -18,6 +18,9 @@ def render(report: dict[str, Any]) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    from oomdoctor.render.labels import holder_label
+
+    env.filters["holder"] = holder_label
     env.filters["fence"] = fence
     env.filters["code"] = code
     env.filters["esc"] = escape

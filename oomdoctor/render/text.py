@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from oomdoctor.render.labels import holder_label
+
 _STYLE = {
     "startup_kv_alloc": "bold red",
     "runtime_activation": "bold red",
@@ -21,6 +23,45 @@ def _gib(x: float | None) -> str:
 
 def _num(x: float | None, digits: int = 3) -> str:
     return "unknown" if x is None else f"{x:.{digits}f}"
+
+
+def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
+    from rich.text import Text
+
+    console.print(Text("GPU holders", style="bold underline"))
+    if not gpu or not gpu.get("available"):
+        reason = (gpu or {}).get("reason") or "not read"
+        console.print(Text(f"GPU state not available: {reason}"))
+        console.print()
+        return
+    when = f", taken {gpu['time']}" if gpu.get("time") else ""
+    console.print(
+        Text(f"snapshot: {gpu['source']}{when}; server GPUs from {gpu['mapping']}", style="dim")
+    )
+    by_gpu: dict[str | None, list[dict[str, Any]]] = {}
+    for p in gpu["processes"]:
+        by_gpu.setdefault(p["gpu_uuid"], []).append(p)
+    for d in gpu["devices"]:
+        if not d["server"] and d["uuid"] not in by_gpu:
+            continue
+        tags = [t for t, on in (("server GPU", d["server"]), ("failing", d["failing"])) if on]
+        head = f"GPU {d['index']} {d['name'] or ''} {d['pci_bus_id'] or ''}".strip()
+        size = f"total {_gib(d['total_gib'])}, used {_gib(d['used_gib'])}"
+        console.print(Text(f"{head} ({', '.join(tags) or 'other'}): {size}", style="bold"))
+        for p in by_gpu.pop(d["uuid"], []):
+            cost = f", costs the KV pool {_gib(p['kv_cost_gib'])}" if p.get("kv_cost_gib") else ""
+            console.print(
+                Text(f"  pid {p['pid']:<8} {_gib(p['used_gib']):>11}  {holder_label(p)}{cost}")
+            )
+        if d.get("unattributed_gib"):
+            console.print(
+                Text(f"  {'':<12} {_gib(d['unattributed_gib']):>11}  held by no listed process")
+            )
+    for uuid, procs in by_gpu.items():  # processes whose GPU is not in the device table
+        console.print(Text(f"GPU {uuid or '?'}", style="bold"))
+        for p in procs:
+            console.print(Text(f"  pid {p['pid']:<8} {_gib(p['used_gib']):>11}  {holder_label(p)}"))
+    console.print()
 
 
 def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str:
@@ -86,6 +127,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     console.print(table)
     console.print()
 
+    _gpu(console, report.get("gpu"))
     console.print(Text("Evidence", style="bold underline"))
     if not report["findings"]:
         console.print(Text("No rule fired."))

@@ -1,0 +1,332 @@
+"""Who else holds the server's GPUs, and what it cost: the snapshot read against the log.
+
+- Which GPUs the server used: its own processes in the snapshot (`sglang::scheduler_TP0` titles,
+  PIDs the log names), else TP rank → CUDA ordinal (`base_gpu_id`, `gpu_id_step`) →
+  `CUDA_VISIBLE_DEVICES` → device (by UUID where it names UUIDs).
+- Each process on those GPUs is the server, a sibling stage (Omni), or a co-tenant. A PID from
+  another namespace has no name; if its size matches what the server holds, it is the server.
+- A co-tenant present from the start shrank `pre` (capacity − pre − context overhead covers it);
+  one that grew later took memory the server had counted on. Its KV cost is y × its size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from oomdoctor import holders
+from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot, Unavailable
+from oomdoctor.model import Budget, Failure, Incident
+from oomdoctor.normalise import rank_numbers
+
+#: CUDA context + NCCL/cuBLAS memory a process holds before weights load, when the log is silent.
+CONTEXT_OVERHEAD_GIB = 1.5
+#: A snapshot this far from the log's last line may show a different set of holders.
+STALE_AFTER_S = 15 * 60
+_SERVER_NAME = re.compile(r"^sglang::|sglang\.launch_server|sglang/launch_server|sglang\.srt")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHolder:
+    pid: int
+    device: Device | None
+    gib: float | None  # None: the driver does not say (MIG)
+    name: str | None  # None: not visible from where the snapshot was taken
+    role: str  # "server", "sibling", "foreign"
+    why: str
+    kv_cost_gib: float | None = None
+    present_at_start: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    snapshot: Snapshot | None
+    unavailable: Unavailable | None
+    server_devices: tuple[Device, ...] = ()
+    failing_device: Device | None = None
+    holders: tuple[GpuHolder, ...] = ()
+    unattributed: tuple[tuple[Device, float], ...] = ()  # (device, GiB no process accounts for)
+    mapping: str | None = None  # how the server's GPUs were found
+    gap_s: float | None = None  # snapshot time − the log's last timestamp
+    notes: tuple[str, ...] = ()
+
+    @property
+    def foreign(self) -> tuple[GpuHolder, ...]:
+        return tuple(h for h in self.holders if h.role == "foreign")
+
+
+def unavailable(reason: Unavailable) -> GpuView:
+    note = f"GPU state not available: {reason.reason}" + (
+        f" ({reason.hint})" if reason.hint else ""
+    )
+    return GpuView(snapshot=None, unavailable=reason, notes=(note,))
+
+
+def _server_pids(incident: Incident) -> set[int]:
+    pids: set[int] = set()
+    for fact in incident.facts_of("child_died"):
+        pid = fact.num("pid")
+        if pid is not None:
+            pids.add(int(pid))
+    return pids
+
+
+def _ordinals(incident: Incident) -> dict[int, str]:
+    """CUDA ordinal → rank label, from the ranks that printed lines and server_args."""
+    args = incident.server_args
+    base = args.get("base_gpu_id")
+    step = args.get("gpu_id_step")
+    base = base if isinstance(base, int) else 0
+    step = step if isinstance(step, int) and step > 0 else 1
+    tp = incident.tp_size or 1
+    dp_size = args.get("dp_size")
+    replicas = (
+        isinstance(dp_size, int) and dp_size > 1 and args.get("enable_dp_attention") is not True
+    )
+    labels = {r.rank for r in incident.ranks} | {r for f in incident.failures for r in f.ranks}
+    out: dict[int, str] = {}
+    for label in labels:
+        nums = rank_numbers(label)
+        if "TP" not in nums:
+            continue
+        local = nums["TP"]  # with DP attention the TP index is already global
+        if replicas and nums.get("DP", -1) >= 0:
+            local += nums["DP"] * tp  # data-parallel replicas sit side by side
+        out[base + local * step] = label
+    if not out and incident.ranks:
+        out[base] = incident.ranks[0].rank
+    return out
+
+
+def _device_for_ordinal(snap: Snapshot, ordinal: int, visible: list[str] | None) -> Device | None:
+    if visible is not None:
+        if ordinal >= len(visible):
+            return None
+        token = visible[ordinal]
+        if token.startswith(("GPU-", "MIG-")):
+            return next((d for d in snap.devices if d.uuid and d.uuid.startswith(token)), None)
+        if not token.isdigit():
+            return None
+        ordinal = int(token)
+    return next((d for d in snap.devices if d.index == ordinal), None)
+
+
+def _gib(p: Process) -> float | None:
+    return None if p.used_bytes is None else p.used_bytes / GIB
+
+
+def _message_self(
+    primary: Failure | None, siblings: Mapping[int, str]
+) -> tuple[int | None, float | None]:
+    """The failing process as the OOM message shows it: its PID (container trap) and size."""
+    oom = primary.oom if primary else None
+    if oom is None:
+        return None, None
+    me = next((h for h in holders.judge(oom, siblings).holders if h.role == "self"), None)
+    return (me.pid, me.gib) if me is not None else (None, None)
+
+
+def _expected_server_gib(budget: Budget, message_self_gib: float | None) -> float | None:
+    """What the server's own process should hold on its GPU, to recognise it without a name."""
+    if message_self_gib is not None:
+        return message_self_gib
+    if budget.weights_gib is None:
+        return None
+    kv = (
+        budget.kv_logged_gib if budget.kv_logged_gib is not None else max(budget.kv_gib or 0.0, 0.0)
+    )
+    return budget.weights_gib + kv + (budget.graph_gib or 0.0) + CONTEXT_OVERHEAD_GIB
+
+
+def analyse(
+    snap: Snapshot,
+    incident: Incident,
+    budget: Budget,
+    primary: Failure | None,
+    siblings: Mapping[int, str],
+    cuda_visible_devices: str | None = None,
+) -> GpuView:
+    notes: list[str] = []
+    visible_spec = cuda_visible_devices or snap.cuda_visible_devices
+    visible = [t.strip() for t in visible_spec.split(",") if t.strip()] if visible_spec else None
+    known = _server_pids(incident)
+    self_pid, self_gib = _message_self(primary, siblings)
+    if self_pid is not None:
+        known.add(self_pid)  # the OOM message's own process, printed under its host PID
+
+    def is_server(p: Process) -> bool:
+        text = f"{p.name or ''} {p.cmdline or ''}"
+        return p.pid in known or bool(_SERVER_NAME.search(text.strip()))
+
+    server_devs: list[Device] = []
+    for p in snap.processes:
+        dev = snap.device_of(p)
+        if dev is not None and is_server(p) and dev not in server_devs:
+            server_devs.append(dev)
+    mapping = "the server's own processes in the snapshot" if server_devs else None
+    ordinals = _ordinals(incident)
+    if not server_devs and ordinals:
+        for ordinal in sorted(ordinals):
+            dev = _device_for_ordinal(snap, ordinal, visible)
+            if dev is not None and dev not in server_devs:
+                server_devs.append(dev)
+        if server_devs:
+            mapping = "TP ranks → CUDA ordinals " + (
+                f"→ CUDA_VISIBLE_DEVICES={visible_spec}"
+                if visible
+                else "(= NVML index: CUDA_VISIBLE_DEVICES unknown)"
+            )
+    if not server_devs and len(snap.devices) == 1:
+        server_devs = [snap.devices[0]]
+        mapping = "the only GPU in the snapshot"
+    if not server_devs and not snap.devices and snap.processes:
+        mapping = "no device table in the snapshot: every process is listed"
+    elif not server_devs:
+        server_devs = list(snap.devices)
+        mapping = "unknown: every GPU in the snapshot is listed"
+        notes.append("could not tell which GPUs the server used; all GPUs are listed")
+
+    failing = _failing_device(snap, primary, visible, server_devs)
+    expected = _expected_server_gib(budget, self_gib)
+    y = budget.mem_fraction_static
+    holders: list[GpuHolder] = []
+    for p in snap.processes:
+        dev = snap.device_of(p)
+        if server_devs and dev is not None and dev not in server_devs:
+            continue
+        gib = _gib(p)
+        role, why = _role(p, gib, is_server(p), siblings, expected)
+        at_start = _present_at_start(dev, gib, incident, budget) if role == "foreign" else None
+        cost = y * gib if role == "foreign" and y is not None and gib is not None else None
+        holders.append(GpuHolder(p.pid, dev, gib, p.name, role, why, cost, at_start))
+
+    unattributed: list[tuple[Device, float]] = []
+    for dev in server_devs:
+        if dev.used_bytes is None:
+            continue
+        listed = [p.used_bytes for p in snap.processes if snap.device_of(p) is dev]
+        if any(u is None for u in listed):
+            continue  # MIG/WDDM: per-process sizes unknown, the gap means nothing
+        gap = (dev.used_bytes - sum(u for u in listed if u is not None)) / GIB
+        if gap > 1.0:
+            unattributed.append((dev, gap))
+    gap_s = _gap(snap.time, incident.last_ts)
+    if gap_s is not None and abs(gap_s) > STALE_AFTER_S:
+        when = "after" if gap_s > 0 else "before"
+        notes.append(
+            f"the snapshot was taken {abs(gap_s) / 60:.0f} min {when} the log's last line: "
+            "the holders it shows may have come or gone since"
+        )
+    return GpuView(
+        snapshot=snap,
+        unavailable=None,
+        server_devices=tuple(server_devs),
+        failing_device=failing,
+        holders=tuple(holders),
+        unattributed=tuple(unattributed),
+        mapping=mapping,
+        gap_s=gap_s,
+        notes=tuple(notes + list(snap.notes)),
+    )
+
+
+def _role(
+    p: Process, gib: float | None, server: bool, siblings: Mapping[int, str], expected: float | None
+) -> tuple[str, str]:
+    if p.pid in siblings:
+        return "sibling", f"the {siblings[p.pid]} stage of the same pipeline"
+    if server:
+        return "server", "an SGLang process (process title or a PID the log names)"
+    if not p.name and not p.cmdline and p.visible is not True:
+        if (
+            expected is not None
+            and gib is not None
+            and abs(gib - expected) <= max(2.0, 0.05 * expected)
+        ):
+            return (
+                "server",
+                "not visible from the snapshot's namespace, but its size matches the server's",
+            )
+        return "foreign", "a process in another PID namespace (no name visible)"
+    return "foreign", "another process on the server's GPU"
+
+
+def _failing_device(
+    snap: Snapshot, primary: Failure | None, visible: list[str] | None, server: list[Device]
+) -> Device | None:
+    if primary is not None and primary.oom is not None and primary.oom.gpu is not None:
+        dev = _device_for_ordinal(snap, primary.oom.gpu, visible)
+        if dev is not None and (not server or dev in server):
+            return dev
+    return server[0] if len(server) == 1 else None
+
+
+def _present_at_start(
+    dev: Device | None, gib: float | None, incident: Incident, budget: Budget
+) -> bool | None:
+    """True when capacity − pre − overhead accounts for the holder (it shrank pre)."""
+    if dev is None or dev.total_bytes is None or gib is None or budget.pre_gib is None:
+        return None
+    usage = incident.first("dist_init_end")
+    overhead = usage.num("usage") if usage is not None else None
+    gap = (
+        dev.total_bytes / GIB
+        - budget.pre_gib
+        - (overhead if overhead is not None else CONTEXT_OVERHEAD_GIB)
+    )
+    return gap >= 0.8 * gib
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text.strip()).replace("Z", "+00:00")
+    for fmt in (
+        "%Y-%m-%dT%H:%M:%S%z",
+        "%Y-%m-%dT%H:%M:%S.%f%z",
+        "%a %b %d %H:%M:%S %Y",
+        "%Y-%m-%d %H:%M:%S.%f",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y/%m/%d %H:%M:%S.%f",
+    ):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=None)
+        except ValueError:
+            continue
+    return None
+
+
+def _gap(snap_time: str | None, log_time: str | None) -> float | None:
+    """Seconds from the log's last line to the snapshot, both read as the GPU host's local time."""
+    a, b = _parse_time(log_time), _parse_time(snap_time)
+    if a is None or b is None:
+        return None
+    return (b - a).total_seconds()
+
+
+def explains(view: GpuView, budget: Budget, primary: Failure | None) -> bool:
+    """Would the failure have been avoided without the co-tenants the snapshot shows?"""
+    foreign = [h for h in view.foreign if h.gib is not None]
+    if view.failing_device is not None:
+        foreign = [h for h in foreign if h.device is view.failing_device]
+    total = sum(h.gib or 0.0 for h in foreign)
+    if total < 1.0 or primary is None:
+        return False
+    y = budget.mem_fraction_static
+    if primary.kind in ("startup_kv_error", "negative_profile"):
+        if budget.kv_gib is None or y is None:
+            return total >= 2.0
+        return y * total >= -budget.kv_gib
+    if primary.kind == "tp_imbalance":
+        return True
+    oom = primary.oom
+    if oom is None or oom.requested_gib is None or oom.free_gib is None:
+        return total >= 2.0
+    short = max(oom.requested_gib - oom.free_gib, 0.0)
+    effective = sum(
+        (1.0 - y) * (h.gib or 0.0) if h.present_at_start and y is not None else (h.gib or 0.0)
+        for h in foreign
+    )
+    return effective >= short
