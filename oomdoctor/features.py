@@ -74,6 +74,7 @@ FEATURE_DOCS: Mapping[str, str] = {
     "gpu.unattributed_gib": "used memory on a server GPU that no listed process accounts for",
     "gpu.snapshot_gap_s": "seconds from the log's last line to the snapshot",
     "cotenant.start_gap_gib": "capacity − pre − context overhead: memory held by others at start",
+    "cotenant.start_gap_explains": "that memory, at y, would have covered the missing KV pool",
     "budget.kv_gib": "post − (1 − y)·pre",
     "budget.kv_negative": "that KV figure is ≤ 0",
     "budget.window_empty": "no --mem-fraction-static satisfies both KV need and runtime reserve",
@@ -320,6 +321,20 @@ def _gpu_features(
         overhead = usage.num("usage") if usage is not None else None
         start_gap = capacity - budget.pre_gib - (overhead if overhead is not None else 1.5)
     put("cotenant.start_gap_gib", start_gap, *_budget_lines(incident)[1:2])
+    y, kv = budget.mem_fraction_static, budget.kv_gib
+    gap_explains = (
+        start_gap is not None
+        and start_gap >= 3.0
+        and y is not None
+        and kv is not None
+        and kv < 0
+        and y * start_gap >= -kv
+    )
+    put(
+        "cotenant.start_gap_explains",
+        gap_explains,
+        *(_budget_lines(incident)[1:2] if gap_explains else ()),
+    )
 
 
 def _foreign_explains(

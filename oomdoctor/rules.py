@@ -44,6 +44,7 @@ _TOP_KEYS = {
     "confidence",
     "title",
     "advice",
+    "refines",
     "docs",
     "when",
     "patterns",
@@ -105,6 +106,9 @@ class Rule:
     confidence: float
     title: str
     advice: str
+    refines: tuple[
+        str, ...
+    ]  # rules this one is a more specific case of (no ambiguity between them)
     what: str
     why: str
     remedy: str
@@ -162,6 +166,14 @@ def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
                 continue
             seen[rule.id] = path
             rules.append(rule)
+    ids = {r.id for r in rules}
+    for rule in rules:
+        for other in rule.refines:
+            if other not in ids:
+                text = rule.path.read_text("utf-8", "replace")
+                problems.append(
+                    f'{rule.path}:{_line_of(text, "refines")}: refines unknown rule "{other}"'
+                )
     if problems:
         raise RuleError(problems)
     return tuple(rules)
@@ -224,6 +236,10 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
     advice = data.get("advice", "none")
     if advice not in ADVICE:
         err(f'"advice" must be one of {", ".join(ADVICE)}', "advice")
+    refines = data.get("refines", [])
+    if not isinstance(refines, list) or not all(isinstance(r, str) for r in refines):
+        err('"refines" must be a list of rule ids this rule is a more specific case of', "refines")
+        refines = []
 
     docs = data.get("docs")
     if not isinstance(docs, dict):
@@ -278,6 +294,7 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
         confidence=float(confidence),
         title=str(title).strip(),
         advice=str(advice),
+        refines=tuple(refines),
         what=docs["what"].strip(),
         why=docs["why"].strip(),
         remedy=docs["remedy"].strip(),

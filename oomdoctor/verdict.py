@@ -26,6 +26,8 @@ def decide(
     rule = next(r for r in rules if r.id == top.rule)
     confidence = top.confidence
     for other in findings[1:]:
+        if other.rule in rule.refines:
+            continue  # the winner is the more specific case of this one, not a rival
         if other.category != top.category and other.priority >= top.priority - AMBIGUITY_GAP:
             confidence = max(confidence - AMBIGUITY_PENALTY, 0.05)
             break

@@ -99,7 +99,7 @@ def free_gpu(ctx: Context) -> list[Action]:
         sized = raise_fraction(ctx) if startup else lower_action(ctx, "activations next to it")
         if sized and sized[0].flag:
             first = sized[0]
-            out.append(replace(first, text="If the other process must stay: " + first.text))
+            out.append(replace(first, text="If the other process must stay — " + first.text))
     if not out:
         out.append(
             Action(
