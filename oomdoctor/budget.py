@@ -18,8 +18,10 @@ from oomdoctor import sglang_defaults
 from oomdoctor.model import Budget, Failure, Incident, RankBudget, RankMemory
 
 GIB = float(1 << 30)
-#: Memory a process holds before weights load (CUDA context, NCCL, cuBLAS) when the log is silent.
-CONTEXT_OVERHEAD_GIB = 1.0
+#: What a rank holds before its weights load (CUDA context, cuBLAS, NCCL): on an otherwise empty
+#: card, pre is this far below memory.total (1.1–1.6 GiB on H100s). No log line measures it
+#: (0.4.6–0.5.2's "Init torch distributed ends. mem usage" is only the NCCL part).
+CONTEXT_OVERHEAD_GIB = 1.35
 
 
 def kv_at(y: float, pre: float, post: float) -> float:
@@ -193,13 +195,17 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
     y_min = y_max = reserve = None
     y_min_basis = y_max_basis = None
     if y_zero is not None and pre is not None:
-        if bpt is not None and context is not None:
-            need = context * bpt / GIB
+        peak = incident.stats.peak_tokens
+        if bpt is not None and (context is not None or peak):
+            want = max(int(context or 0), peak or 0)
+            need = want * bpt / GIB
             y_min = y_zero + need / pre
-            y_min_basis = (
-                f"a KV pool for one request of the context length: {int(context)} tokens × "
-                f"{bpt} B = {need:.2f} GiB"
+            what = (
+                "one request of the context length"
+                if want == int(context or 0)
+                else "the most tokens the running requests held at once (stats lines)"
             )
+            y_min_basis = f"a KV pool for {what}: {want} tokens × {bpt} B = {need:.2f} GiB"
         else:
             y_min = y_zero
             y_min_basis = (
@@ -216,9 +222,7 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
         else:
             gpu_gib = capacity
             if gpu_gib is None:
-                usage = incident.first("dist_init_end")
-                over = usage.num("usage") if usage else None
-                estimate = pre + (over if over is not None else CONTEXT_OVERHEAD_GIB)
+                estimate = pre + CONTEXT_OVERHEAD_GIB
                 card = sglang_defaults.guess_card(estimate * 1024)
                 gpu_gib = card[1] / 1024 if card else estimate
             era = sglang_defaults.era_of(incident.version.low, incident.version.high)

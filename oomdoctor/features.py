@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from oomdoctor import holders, sites
+from oomdoctor.budget import CONTEXT_OVERHEAD_GIB
 from oomdoctor.gpu import cotenants
 from oomdoctor.gpu.cotenants import GpuView
 from oomdoctor.gpu.snapshot import GIB
@@ -33,6 +34,7 @@ class Feature:
 FEATURE_DOCS: Mapping[str, str] = {
     "engine": "sglang, sglang-omni or null",
     "ready": "the server printed `fired up and ready to roll`",
+    "failure.present": "the log shows a failure of any kind",
     "failure.kind": "kind of the diagnosed failure (cuda_oom, startup_kv_error, ...)",
     "failure.phase": "startup, warmup, running or unknown",
     "failure.site": "where it failed: weights, kv_pool, graph_capture, encoder, logits, "
@@ -60,6 +62,8 @@ FEATURE_DOCS: Mapping[str, str] = {
     "retraction.count": "KV-pool retractions in the log",
     "retraction.per_hour": "retractions per hour over the span they cover",
     "stats.peak_token_usage": "highest `token usage` in the stats lines",
+    "timeline.minutes_at_95": "minutes the stats lines show token usage at 0.95 or more",
+    "timeline.span_minutes": "minutes between the first and the last stats line",
     "host.oom_kill": "a process was killed by the host OOM killer (exit −9)",
     "host.alloc_failure": "host memory allocation failed (Errno 12 and similar)",
     "gpu.fault": "a GPU error that is not exhaustion (illegal access, no kernel image, ...)",
@@ -138,6 +142,7 @@ def compute(
     put("engine", incident.engine)
     put("ready", incident.ready is not None, incident.ready)
     where = primary.line if primary else None
+    put("failure.present", primary is not None, where)
     put("failure.kind", primary.kind if primary else None, where)
     put("failure.phase", primary.phase if primary else None, where)
     site_frame = sites.classify(primary.frames)[1] if primary else None
@@ -178,6 +183,13 @@ def compute(
         "retraction.per_hour",
         _per_hour(stats.retractions, stats.first_retraction, stats.last_retraction),
     )
+    t = stats.timeline
+    put(
+        "timeline.minutes_at_95",
+        round(t.seconds_high / 60, 1),
+        *_lines(stats.last_decode.line if stats.last_decode else None),
+    )
+    put("timeline.span_minutes", None if t.span_s is None else round(t.span_s / 60, 1))
     last_stats = stats.last_decode or stats.last_prefill
     put("stats.peak_token_usage", stats.peak_token_usage, last_stats.line if last_stats else None)
     put("host.oom_kill", kind == "host_oom_kill", where if kind == "host_oom_kill" else None)
@@ -317,9 +329,7 @@ def _gpu_features(
         capacity = primary.oom.total_gib
     start_gap = None
     if capacity is not None and budget.pre_gib is not None:
-        usage = incident.first("dist_init_end")
-        overhead = usage.num("usage") if usage is not None else None
-        start_gap = capacity - budget.pre_gib - (overhead if overhead is not None else 1.5)
+        start_gap = capacity - budget.pre_gib - CONTEXT_OVERHEAD_GIB
     put("cotenant.start_gap_gib", start_gap, *_budget_lines(incident)[1:2])
     y, kv = budget.mem_fraction_static, budget.kv_gib
     gap_explains = (

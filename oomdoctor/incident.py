@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from oomdoctor import pytorch_oom, sites
 from oomdoctor.kinds import BARE_OOM_FORMS, FAILURE_KINDS, OOM_KINDS
@@ -25,6 +25,7 @@ from oomdoctor.model import (
     StatsSummary,
 )
 from oomdoctor.signatures.startup import parse_server_args
+from oomdoctor.timeline import TimelineBuilder
 from oomdoctor.versions import VersionTracker
 
 MAX_FACTS_PER_KIND = 40
@@ -82,6 +83,38 @@ class _Stream:
 
 
 @dataclass
+class _StatsAcc:
+    """The stats summary while lines stream past (frozen into StatsSummary at the end)."""
+
+    prefill_lines: int = 0
+    decode_lines: int = 0
+    peak_token_usage: float | None = None
+    peak_tokens: int = 0
+    last_prefill: Fact | None = None
+    last_decode: Fact | None = None
+    retractions: int = 0
+    retracted_requests: int = 0
+    first_retraction: Line | None = None
+    last_retraction: Line | None = None
+    timeline: TimelineBuilder = field(default_factory=TimelineBuilder)
+
+    def freeze(self) -> StatsSummary:
+        return StatsSummary(
+            prefill_lines=self.prefill_lines,
+            decode_lines=self.decode_lines,
+            peak_token_usage=self.peak_token_usage,
+            peak_tokens=self.peak_tokens or None,
+            last_prefill=self.last_prefill,
+            last_decode=self.last_decode,
+            retractions=self.retractions,
+            retracted_requests=self.retracted_requests,
+            first_retraction=self.first_retraction,
+            last_retraction=self.last_retraction,
+            timeline=self.timeline.build(),
+        )
+
+
+@dataclass
 class _Launch:
     """Everything about one start of the server (a log can hold several)."""
 
@@ -94,7 +127,7 @@ class _Launch:
     failures: dict[tuple[str, str], _FailureBuilder] = field(default_factory=dict)
     facts: dict[str, list[Fact]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    stats: StatsSummary = field(default_factory=StatsSummary)
+    stats: _StatsAcc = field(default_factory=lambda: _StatsAcc())
 
     @property
     def started_loading(self) -> bool:
@@ -282,33 +315,32 @@ class Assembler:
     # -- stats and retraction -----------------------------------------------------------------
 
     def _stats(self, fact: Fact) -> None:
-        launch = self._launch
-        s = launch.stats
+        acc = self._launch.stats
         usage = fact.num("token_usage")
         if usage is None:
             usage = fact.num("full_token_usage")
-        peak = s.peak_token_usage
-        if usage is not None and (peak is None or usage > peak):
-            peak = usage
+        if usage is not None and (acc.peak_token_usage is None or usage > acc.peak_token_usage):
+            acc.peak_token_usage = usage
+        tokens = fact.num("token") or fact.num("full_token")
+        if tokens is not None and tokens > acc.peak_tokens:
+            acc.peak_tokens = int(tokens)
         if fact.data.get("phase") == "prefill":
-            launch.stats = replace(
-                s, prefill_lines=s.prefill_lines + 1, last_prefill=fact, peak_token_usage=peak
-            )
+            acc.prefill_lines += 1
+            acc.last_prefill = fact
         else:
-            launch.stats = replace(
-                s, decode_lines=s.decode_lines + 1, last_decode=fact, peak_token_usage=peak
-            )
+            acc.decode_lines += 1
+            acc.last_decode = fact
+        acc.timeline.stats(
+            fact.line.ts, usage, int(fact.num("running_req") or 0), int(fact.num("queue_req") or 0)
+        )
 
     def _retraction(self, stream: _Stream, fact: Fact) -> None:
-        launch = self._launch
-        s = launch.stats
-        launch.stats = replace(
-            s,
-            retractions=s.retractions + 1,
-            retracted_requests=s.retracted_requests + int(fact.num("n") or 0),
-            first_retraction=s.first_retraction or fact.line,
-            last_retraction=fact.line,
-        )
+        acc = self._launch.stats
+        acc.retractions += 1
+        acc.retracted_requests += int(fact.num("n") or 0)
+        acc.first_retraction = acc.first_retraction or fact.line
+        acc.last_retraction = fact.line
+        acc.timeline.retraction()
 
     # -- failures -------------------------------------------------------------------------------
 
@@ -482,7 +514,7 @@ class Assembler:
             failures=failures,
             facts=facts,
             fact_counts=dict(launch.counts),
-            stats=launch.stats,
+            stats=launch.stats.freeze(),
             notices=tuple(notices),
         )
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from oomdoctor.timeline import Timeline
+
 if TYPE_CHECKING:
     from oomdoctor.gpu.cotenants import GpuView
 
@@ -168,12 +170,14 @@ class StatsSummary:
     prefill_lines: int = 0
     decode_lines: int = 0
     peak_token_usage: float | None = None
+    peak_tokens: int | None = None  # most KV tokens held by running requests at once
     last_prefill: Fact | None = None
     last_decode: Fact | None = None
     retractions: int = 0
     retracted_requests: int = 0
     first_retraction: Line | None = None
     last_retraction: Line | None = None
+    timeline: Timeline = field(default_factory=lambda: Timeline())
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomdoctor import __version__
+from oomdoctor import __version__, picture
 from oomdoctor.features import primary_failure
 from oomdoctor.gpu.cotenants import GpuView
 from oomdoctor.model import Budget, Diagnosis, Failure, Line
@@ -196,6 +196,51 @@ def _gib(n: int | None) -> float | None:
     return None if n is None else round(n / (1 << 30), 2)
 
 
+def picture_dict(diag: Diagnosis) -> dict[str, Any] | None:
+    """The card before and after the recommended fraction (None when the log lacks the numbers)."""
+    b = diag.budget
+    capacity = b.capacity_gib
+    view = diag.gpu
+    if capacity is None and view is not None and view.snapshot is not None:
+        dev = view.failing_device or (view.server_devices[0] if view.server_devices else None)
+        capacity = dev.total_bytes / (1 << 30) if dev is not None and dev.total_bytes else None
+    held = capacity - b.pre_gib if capacity is not None and b.pre_gib is not None else None
+    others = None  # co-tenants there at start, when the snapshot names them
+    if view is not None and view.snapshot is not None:
+        others = sum(h.gib or 0.0 for h in view.foreign if h.present_at_start) or None
+    before = picture.segments(b, b.mem_fraction_static, capacity, held, others)
+    if before is None:
+        return None
+    rec = next(
+        (
+            a.value
+            for a in diag.actions
+            if a.flag
+            and a.flag.replace("_", "-").endswith("mem-fraction-static")
+            and isinstance(a.value, float)
+        ),
+        None,
+    )
+    after = picture.segments(b, rec, capacity, held, others) if rec is not None else None
+    return {"before": before, "after": after, "svg": None}
+
+
+def timeline_dict(diag: Diagnosis) -> dict[str, Any] | None:
+    t = diag.incident.stats.timeline
+    if not t.points:
+        return None
+    return {
+        "first_ts": t.first_ts,
+        "last_ts": t.last_ts,
+        "span_s": _r(t.span_s, 0),
+        "peak_usage": t.peak_usage,
+        "minutes_at_95": round(t.seconds_high / 60, 1),
+        "retractions": t.retractions,
+        "retractions_per_hour": _r(t.retractions_per_hour, 1),
+        "usage": [round(p.usage, 2) for p in t.points],
+    }
+
+
 def build(diag: Diagnosis) -> dict[str, Any]:
     inc = diag.incident
     sources = inc.sources
@@ -250,6 +295,8 @@ def build(diag: Diagnosis) -> dict[str, Any]:
             "retracted_requests": inc.stats.retracted_requests,
         },
         "gpu": gpu_dict(diag.gpu),
+        "picture": picture_dict(diag),
+        "timeline": timeline_dict(diag),
         "notices": list(diag.notices),
         "redactions": 0,
     }

@@ -14,21 +14,42 @@ from dataclasses import dataclass
 from oomdoctor.model import Scalar
 from oomdoctor.versions import key
 
-#: nvidia-smi memory.total of common cards (MiB), from the reference §4.
+#: nvidia-smi memory.total of common cards (MiB); the reference §4 gives most of them.
 CARDS_MIB: tuple[tuple[str, int], ...] = (
+    ("T4", 15360),
+    ("A10", 23028),
     ("L4", 23034),
     ("RTX 4090", 24564),
     ("RTX 5090", 32607),
-    ("A100 40GB", 40960),
+    ("A100-40G", 40960),
     ("L40S", 46068),
-    ("H100 80GB", 81559),
-    ("A100 80GB", 81920),
-    ("H100 NVL", 95830),
+    ("RTX 6000 Ada", 49140),
+    ("H100-80G", 81559),
+    ("A100-80G", 81920),
+    ("H800", 81559),
+    ("H100-NVL", 95830),
     ("H20", 97871),
+    ("GH200", 97871),
     ("H200", 143771),
+    ("H20-141G", 143771),
     ("B200", 183359),
     ("MI300X", 196592),
+    ("MI325X", 262144),
 )
+
+
+def card(name: str) -> tuple[str, int] | None:
+    """A card by a forgiving name: ``H100-80G``, ``h100 80gb``, ``A100_80GB`` all work."""
+    want = _card_key(name)
+    for label, mib in CARDS_MIB:
+        if _card_key(label) == want or _card_key(label).replace("g", "gb") == want:
+            return label, mib
+    matches = [(label, mib) for label, mib in CARDS_MIB if want and want in _card_key(label)]
+    return matches[0] if len({mib for _, mib in matches}) == 1 else None
+
+
+def _card_key(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
 
 
 @dataclass(frozen=True, slots=True)

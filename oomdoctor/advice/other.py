@@ -7,12 +7,14 @@ from dataclasses import replace
 from oomdoctor import holders
 from oomdoctor.advice.context import Context
 from oomdoctor.advice.fraction import lower_action, raise_fraction
-from oomdoctor.budget import GIB
+from oomdoctor.budget import GIB, round_down
 from oomdoctor.features import server_pids, sibling_pids
 from oomdoctor.model import Action
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
 FREQUENT_RETRACTIONS_PER_HOUR = 30.0
+#: Runtime headroom kept free when the pool is grown into it (activation peaks, fragmentation).
+RUNTIME_SPARE_GIB = 2.0
 
 
 def _holder_action(ctx: Context, pid: int, gib: float, where: str, detail: str) -> Action:
@@ -173,41 +175,38 @@ def kv_slots(ctx: Context) -> list[Action]:
 
 
 def retraction(ctx: Context) -> list[Action]:
+    """KV-slot pressure while serving: how often, how full, and how far the pool can grow."""
     stats = ctx.incident.stats
-    rate = ctx.features.get("retraction.per_hour")
-    per_hour = rate.value if rate is not None and isinstance(rate.value, float) else None
+    t = stats.timeline
+    per_hour = t.retractions_per_hour
     peak = stats.peak_token_usage
+    bits = []
+    if stats.retractions:
+        bits.append(
+            f"SGLang retracted requests {stats.retractions} time(s)"
+            + (f" ({per_hour:.0f}/hour)" if per_hour is not None else "")
+        )
+    if t.seconds_high >= 60:
+        bits.append(f"token usage sat at ≥ 0.95 for {t.seconds_high / 60:.0f} min")
+    if peak is not None:
+        bits.append(f"peaking at {peak:.2f}")
+    span = f" over {t.span_s / 3600:.1f} h of stats" if t.span_s and t.span_s >= 600 else ""
     text = (
-        f"Not a crash: the KV pool filled and SGLang retracted requests {stats.retractions} time(s)"
-        + (f" ({per_hour:.0f}/hour)" if per_hour is not None else "")
-        + (f", token usage peaking at {peak:.2f}" if peak is not None else "")
-        + ". Retracted requests are re-queued and recomputed; occasional retraction is normal."
+        "Not a crash: "
+        + ", ".join(bits or ["the KV pool filled"])
+        + span
+        + (". Retracted requests are re-queued and recomputed; occasional retraction is normal.")
     )
     out = [Action(text=text)]
-    frequent = per_hour is not None and per_hour >= FREQUENT_RETRACTIONS_PER_HOUR
-    b = ctx.budget
-    if frequent or stats.retractions >= 20:
-        if b.headroom_gib is not None and b.pre_gib and b.mem_fraction_static is not None:
-            spare = b.headroom_gib - 2.0
-            if spare > 0.5:
-                dy = min(0.05, spare / b.pre_gib)
-                gained = dy * b.pre_gib
-                tokens = (
-                    f" (+{int(gained * GIB // b.bytes_per_token):,} tokens)"
-                    if b.bytes_per_token
-                    else ""
-                )
-                out.append(
-                    Action(
-                        text=f"It is frequent: raise --mem-fraction-static by {dy:.2f} to "
-                        f"{b.mem_fraction_static + dy:.2f}: +{gained:.2f} GiB of KV{tokens}, still "
-                        f"leaving {b.headroom_gib - gained:.2f} GiB of runtime headroom.",
-                        flag="--mem-fraction-static",
-                        direction="raise",
-                        value=round(b.mem_fraction_static + dy, 2),
-                        current=b.mem_fraction_static,
-                    )
-                )
+    pressured = (
+        (per_hour is not None and per_hour >= FREQUENT_RETRACTIONS_PER_HOUR)
+        or stats.retractions >= 20
+        or t.seconds_high >= 600
+    )
+    if pressured:
+        grow = _grow_pool(ctx)
+        if grow is not None:
+            out.append(grow)
         running = ctx.arg_int("max_running_requests")
         if running:
             out.append(
@@ -221,6 +220,31 @@ def retraction(ctx: Context) -> list[Action]:
                 )
             )
     return out
+
+
+def _grow_pool(ctx: Context) -> Action | None:
+    """Raise the fraction into the runtime headroom, keeping RUNTIME_SPARE_GIB of it free."""
+    b = ctx.budget
+    if b.headroom_gib is None or not b.pre_gib or b.mem_fraction_static is None:
+        return None
+    spare = b.headroom_gib - RUNTIME_SPARE_GIB
+    dy = round_down(min(0.10, spare / b.pre_gib))
+    if dy < 0.01:
+        return None
+    gained = dy * b.pre_gib
+    tokens = f" (+{int(gained * GIB // b.bytes_per_token):,} tokens)" if b.bytes_per_token else ""
+    y = b.mem_fraction_static
+    return Action(
+        text=f"It is frequent: +{dy:.2f} on --mem-fraction-static ({y:.2f} → {y + dy:.2f}) gives "
+        f"+{gained:.2f} GiB of KV{tokens} and still leaves {b.headroom_gib - gained:.2f} GiB of the "
+        f"{b.headroom_gib:.2f} GiB runtime headroom the server had after startup.",
+        flag="--mem-fraction-static",
+        direction="raise",
+        value=round(y + dy, 2),
+        current=y,
+        basis=f"headroom after startup {b.headroom_gib:.2f} GiB − {RUNTIME_SPARE_GIB:.0f} GiB kept free; "
+        f"Δy = min(0.10, that / pre {b.pre_gib:.2f})",
+    )
 
 
 def host_memory(ctx: Context) -> list[Action]:

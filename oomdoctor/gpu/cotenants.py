@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from oomdoctor import holders
+from oomdoctor.budget import CONTEXT_OVERHEAD_GIB
 from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot, Unavailable
 from oomdoctor.model import Budget, Failure, Incident
 from oomdoctor.normalise import rank_numbers
 
-#: CUDA context + NCCL/cuBLAS memory a process holds before weights load, when the log is silent.
-CONTEXT_OVERHEAD_GIB = 1.5
 #: A snapshot this far from the log's last line may show a different set of holders.
 STALE_AFTER_S = 15 * 60
 _SERVER_NAME = re.compile(r"^sglang::|sglang\.launch_server|sglang/launch_server|sglang\.srt")
@@ -269,13 +268,7 @@ def _present_at_start(
     """True when capacity − pre − overhead accounts for the holder (it shrank pre)."""
     if dev is None or dev.total_bytes is None or gib is None or budget.pre_gib is None:
         return None
-    usage = incident.first("dist_init_end")
-    overhead = usage.num("usage") if usage is not None else None
-    gap = (
-        dev.total_bytes / GIB
-        - budget.pre_gib
-        - (overhead if overhead is not None else CONTEXT_OVERHEAD_GIB)
-    )
+    gap = dev.total_bytes / GIB - budget.pre_gib - CONTEXT_OVERHEAD_GIB
     return gap >= 0.8 * gib
 
 

@@ -18,9 +18,17 @@ def render(report: dict[str, Any]) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    from urllib.parse import quote
+
+    from oomdoctor import picture
     from oomdoctor.render.labels import holder_label
+    from oomdoctor.timeline import sparkline
 
     env.filters["holder"] = holder_label
+    env.filters["bars"] = picture.bars
+    env.filters["mermaid"] = lambda seg: picture.mermaid(seg, f"the card at y = {seg['y']:.2f}")
+    env.filters["sparkline"] = sparkline
+    env.filters["urlpath"] = lambda p: quote(str(p))
     env.filters["fence"] = fence
     env.filters["code"] = code
     env.filters["esc"] = escape

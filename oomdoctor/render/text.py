@@ -25,6 +25,36 @@ def _num(x: float | None, digits: int = 3) -> str:
     return "unknown" if x is None else f"{x:.{digits}f}"
 
 
+def _picture(console: Any, pic: dict[str, Any] | None) -> None:
+    from rich.text import Text
+
+    from oomdoctor.picture import bars
+
+    if not pic:
+        return
+    console.print(Text("The card", style="bold underline"))
+    console.print(Text(bars(pic)), soft_wrap=True)
+    console.print()
+
+
+def _timeline(console: Any, t: dict[str, Any] | None) -> None:
+    from rich.text import Text
+
+    from oomdoctor.timeline import sparkline
+
+    if not t:
+        return
+    console.print(Text("Token usage over time", style="bold underline"))
+    console.print(Text(f"{t['first_ts']} {sparkline(t['usage'])} {t['last_ts']}"), soft_wrap=True)
+    bits = [f"peak {t['peak_usage']:.2f}" if t["peak_usage"] is not None else "peak unknown"]
+    bits.append(f"{t['minutes_at_95']:.0f} min at ≥ 0.95")
+    if t["retractions"]:
+        rate = f" ({t['retractions_per_hour']:.0f}/hour)" if t.get("retractions_per_hour") else ""
+        bits.append(f"{t['retractions']} retraction(s){rate}")
+    console.print(Text(", ".join(bits)))
+    console.print()
+
+
 def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
     from rich.text import Text
 
@@ -127,6 +157,8 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     console.print(table)
     console.print()
 
+    _picture(console, report.get("picture"))
+    _timeline(console, report.get("timeline"))
     _gpu(console, report.get("gpu"))
     console.print(Text("Evidence", style="bold underline"))
     if not report["findings"]:
