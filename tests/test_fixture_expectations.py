@@ -114,3 +114,22 @@ def test_snapshot_cotenants(sidecar: Path, report_of: Callable[..., dict]) -> No
     )
     wanted = sorted((f["pid"], round(f["gib"], 1)) for f in expect["foreign"])
     assert foreign == wanted
+
+
+@pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_recommended_fraction_lies_in_the_window(sidecar: Path, report_of: Callable[..., dict]) -> None:
+    """Whenever the log gives the numbers, the window is reported and a recommended
+    --mem-fraction-static lies inside it (an empty window is said to be empty)."""
+    rep = _report(sidecar, report_of)
+    b = rep["budget"]
+    if b["pre_gib"] is None or b["post_gib"] is None or b["mem_fraction_static"] is None:
+        return  # the log lacks the numbers: nothing to check
+    assert b["y_min"] is not None and b["y_max"] is not None and b["window_empty"] is not None
+    for action in rep["actions"]:
+        flag = action["flag"] or ""
+        if not flag.replace("_", "-").endswith("mem-fraction-static") or action["value"] is None:
+            continue
+        if b["window_empty"]:
+            assert "No value of" in action["text"] or "fits both bounds" in action["text"]
+        else:
+            assert b["y_min"] - 1e-9 <= action["value"] <= b["y_max"] + 1e-9, action["text"]

@@ -308,6 +308,14 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
             f"The dynamic share needs ≥ {size(short)} more (requested − free) plus a "
             f"{size(ctx.margin())} margin"
         )
+    if b.y_max is not None and rec > b.y_max:
+        # The failed allocation alone allows more, but the runtime reserve SGLang plans for this
+        # card (the window's upper bound) does not: stay inside the window.
+        lead += (
+            f"; that alone would allow {_fmt_y(rec)}, but the window's upper bound is "
+            f"{b.y_max:.3f} ({b.y_max_basis})"
+        )
+        rec = round_down(b.y_max)
     floor = b.y_min if b.y_min is not None else b.y_zero
     if floor is not None and rec < floor:
         ok_floor = round_up(floor)
