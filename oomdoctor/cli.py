@@ -104,6 +104,16 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option(
     "--svg", metavar="FILE", help="Also draw the card (now and recommended) as an SVG file."
 )
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Read standard input as it flows; take the GPU snapshot at the crash, report at the end.",
+)
+@click.option(
+    "--tee",
+    is_flag=True,
+    help="With --follow: copy the input to stdout unchanged (report to stderr).",
+)
 def diagnose(
     logs: tuple[str, ...],
     fmt: str,
@@ -115,6 +125,8 @@ def diagnose(
     no_gpu: bool,
     cuda_visible_devices: str | None,
     svg: str | None,
+    follow: bool,
+    tee: bool,
 ) -> None:
     """Diagnose one incident from LOG files (several = one incident, e.g. one per rank).
 
@@ -124,6 +136,10 @@ def diagnose(
     """
     if snapshots and no_gpu:
         _fail("--snapshot and --no-gpu exclude each other", code=EXIT_USAGE)
+    if tee and not follow:
+        _fail("--tee goes with --follow", code=EXIT_USAGE)
+    if follow and logs not in ((), ("-",)):
+        _fail("--follow reads standard input: give no LOG, or -", code=EXIT_USAGE)
     names = list(logs) or ["-"]
     if "-" in names and sys.stdin.isatty() and not logs:
         _fail(
@@ -135,12 +151,23 @@ def diagnose(
         _fail("standard input (-) can be read only once", code=EXIT_USAGE)
     rules = _load_rules(rule_dirs)
 
-    from oomdoctor import pipeline, report
+    from oomdoctor import pipeline
     from oomdoctor.model import OOM_CATEGORIES
     from oomdoctor.reader import InputError
-    from oomdoctor.redact import redact_report
-    from oomdoctor.render import render
 
+    if follow:
+        _follow(
+            rules,
+            fmt,
+            output,
+            no_redact,
+            exit_zero,
+            snapshots,
+            no_gpu,
+            cuda_visible_devices,
+            svg,
+            tee,
+        )
     gpu = _gpu_state(snapshots, no_gpu)
     try:
         diagnosis = pipeline.run(
@@ -148,14 +175,114 @@ def diagnose(
         )
     except InputError as exc:
         _fail(str(exc), "give a readable log file, a .gz file, or - for standard input")
+    _emit(diagnosis, fmt, output, no_redact, svg, sys.stdout)
+    oom = diagnosis.verdict.category in OOM_CATEGORIES
+    sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
+
+
+def _emit(
+    diagnosis: Any, fmt: str, output: str | None, no_redact: bool, svg: str | None, stream: Any
+) -> None:
+    """Build, redact and render the report; write it to ``output`` or to ``stream``."""
+    from oomdoctor import report
+    from oomdoctor.redact import redact_report
+    from oomdoctor.render import render
+
     data = report.build(diagnosis)
     if not no_redact:
         data = redact_report(data)
     _write_svg(data, svg)
-    to_terminal = not output and sys.stdout.isatty()
+    to_terminal = not output and stream.isatty()
     color = to_terminal and "NO_COLOR" not in os.environ
     width = shutil.get_terminal_size().columns if to_terminal else 100
-    _write(render(data, fmt, color=color, width=max(width, 60)), output)
+    text = render(data, fmt, color=color, width=max(width, 60))
+    if output and output != "-":
+        _write(text, output)
+    else:
+        stream.write(text)
+        stream.flush()
+
+
+def _live_snapshotter(no_gpu: bool, snapshots: tuple[str, ...]) -> Any:
+    """What to call at the crash: NVML now, unless the user gave a file or --no-gpu."""
+    if no_gpu or snapshots:
+        return None
+    from oomdoctor.gpu import nvml
+
+    return nvml.take
+
+
+def _capture_fields(capture: Any) -> dict[str, Any] | None:
+    from datetime import datetime
+
+    def iso(t: float | None) -> str | None:
+        return (
+            None
+            if t is None
+            else datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
+        )
+
+    if capture.crash_line is None:
+        return None
+    return {
+        "crash_line": capture.crash_line.number,
+        "crash_time": iso(capture.crash_time),
+        "snapshot_time": iso(capture.snapshot_time),
+        "snapshot_after_s": None
+        if capture.snapshot_time is None or capture.crash_time is None
+        else round(capture.snapshot_time - capture.crash_time, 3),
+    }
+
+
+def _after_capture(capture: Any, snapshots: tuple[str, ...], no_gpu: bool) -> Any:
+    """The GPU state for a live run: the crash-time snapshot, a given file, or why there is none."""
+    from oomdoctor.gpu.snapshot import Unavailable
+
+    if capture.snapshot is not None:
+        return capture.snapshot
+    if snapshots or no_gpu:
+        return _gpu_state(snapshots, no_gpu)
+    return Unavailable("no crash signature was seen, so no snapshot was taken")
+
+
+def _follow(
+    rules: Any,
+    fmt: str,
+    output: str | None,
+    no_redact: bool,
+    exit_zero: bool,
+    snapshots: tuple[str, ...],
+    no_gpu: bool,
+    cuda_visible_devices: str | None,
+    svg: str | None,
+    tee: bool,
+) -> None:
+    """`diagnose --follow -`: parse a pipe as it flows, snapshot at the crash, report at EOF."""
+    from dataclasses import replace
+
+    from oomdoctor import pipeline
+    from oomdoctor.model import OOM_CATEGORIES
+    from oomdoctor.watch import Capture
+
+    capture = Capture(_live_snapshotter(no_gpu, snapshots))
+    parser = pipeline.stream_parser(rules, "<stdin>", capture.crashed)
+    fd = sys.stdin.fileno()
+    out = sys.stdout.fileno()
+    while True:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        if tee:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view) :]
+        parser.feed(data)
+    parser.close()
+    capture.wait()
+    gpu = _after_capture(capture, snapshots, no_gpu)
+    diagnosis = pipeline.diagnose(parser.incident(), rules, gpu, cuda_visible_devices)
+    diagnosis = replace(diagnosis, capture=_capture_fields(capture))
+    _emit(diagnosis, fmt, output, no_redact, svg, sys.stderr if tee else sys.stdout)
     oom = diagnosis.verdict.category in OOM_CATEGORIES
     sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
 
@@ -180,6 +307,94 @@ def _gpu_state(snapshots: tuple[str, ...], no_gpu: bool) -> Any:
     from oomdoctor.gpu import nvml
 
     return nvml.take()
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--log", "log_path", metavar="FILE", help="Also append the server's output to FILE.")
+@click.option("-o", "--output", metavar="REPORT", help="Also write the report to REPORT.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json"]),
+    default="text",
+    show_default=True,
+    help="Format of the REPORT file (the summary on stderr is always text).",
+)
+@click.option("--always", is_flag=True, help="Report even when the server exits cleanly.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds after a crash line before a server that hangs is diagnosed anyway.",
+)
+@click.option("--no-gpu", is_flag=True, help="Do not read the GPU state at the crash.")
+@click.option("--rules", "rule_dirs", multiple=True, metavar="DIR", help="Add the rules in DIR.")
+@click.option("--no-redact", is_flag=True, help="Do not mask API keys, tokens and passwords.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def watch(
+    log_path: str | None,
+    output: str | None,
+    fmt: str,
+    always: bool,
+    grace: float,
+    no_gpu: bool,
+    rule_dirs: tuple[str, ...],
+    no_redact: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND (after --), pass its output through unchanged, diagnose if it crashes.
+
+    oomdoctor watch --log server.log -- python -m sglang.launch_server --model-path ...
+
+    The GPU snapshot is taken the moment a crash line appears. Exits with the server's status
+    (128+N when a signal N ended it); SIGINT/SIGTERM/SIGHUP go to the server's process group.
+    """
+    from dataclasses import replace
+
+    from oomdoctor import pipeline
+    from oomdoctor.watch import Capture, run
+
+    args = list(command)
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        _fail(
+            "no command to run", "oomdoctor watch -- python -m sglang.launch_server ...", EXIT_USAGE
+        )
+    rules = _load_rules(rule_dirs)
+    capture = Capture(_live_snapshotter(no_gpu, ()))
+    parser = pipeline.stream_parser(rules, log_path or "<server output>", capture.crashed)
+    log = None
+    if log_path:
+        try:
+            log = Path(log_path).open("ab")  # noqa: SIM115 - closed below, after the child ends
+        except OSError as exc:
+            _fail(f"cannot open {log_path}: {exc.strerror or exc}")
+    reported = False
+
+    def report_now() -> None:
+        nonlocal reported
+        diagnosis = pipeline.diagnose(parser.incident(), rules, _after_capture(capture, (), no_gpu))
+        diagnosis = replace(diagnosis, capture=_capture_fields(capture))
+        sys.stderr.write("\n-- oomdoctor --\n")
+        _emit(diagnosis, "text", None, no_redact, None, sys.stderr)
+        if output:
+            _emit(diagnosis, fmt, output, no_redact, None, sys.stderr)
+        reported = True
+
+    try:
+        result = run(args, parser, capture, log=log, grace_s=grace, on_hang=report_now)
+    except FileNotFoundError:
+        _fail(f"cannot run {args[0]!r}: no such command", code=127)
+    except PermissionError:
+        _fail(f"cannot run {args[0]!r}: permission denied", code=126)
+    finally:
+        if log is not None:
+            log.close()
+    if not reported and (capture.crash_line is not None or result.status != 0 or always):
+        report_now()
+    sys.exit(result.status)
 
 
 @cli.command()

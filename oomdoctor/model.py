@@ -311,3 +311,4 @@ class Diagnosis:
     incident: Incident
     notices: tuple[str, ...]
     gpu: GpuView | None = None  # None: not asked for (--no-gpu)
+    capture: Mapping[str, Scalar] | None = None  # live runs: when the crash and snapshot happened

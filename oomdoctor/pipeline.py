@@ -16,10 +16,11 @@ from oomdoctor.gpu import cotenants
 from oomdoctor.gpu.cotenants import GpuView
 from oomdoctor.gpu.snapshot import Snapshot, Unavailable
 from oomdoctor.incident import Assembler
-from oomdoctor.model import Budget, Diagnosis, Failure, Incident
+from oomdoctor.model import Budget, Diagnosis, Failure, Incident, Line
 from oomdoctor.reader import ReadStats, iter_blocks, open_source
 from oomdoctor.rules import Rule, builtin_dir, load
 from oomdoctor.signatures import ALL as SIGNATURES
+from oomdoctor.stream import StreamParser
 
 Progress = Callable[[int], None]
 
@@ -74,6 +75,13 @@ def read(
 
         incident = replace(incident, notices=incident.notices + tuple(notices))
     return incident
+
+
+def stream_parser(
+    rules: Sequence[Rule], label: str, on_crash: Callable[[Line], None] | None = None
+) -> StreamParser:
+    """The incremental parser `watch` and `diagnose --follow` feed with live output."""
+    return StreamParser(Extractor(matchers(rules)), Assembler((label,)), on_crash)
 
 
 def _counting(blocks: Iterable[bytes], progress: Progress) -> Iterable[bytes]:

@@ -295,6 +295,7 @@ def build(diag: Diagnosis) -> dict[str, Any]:
             "retracted_requests": inc.stats.retracted_requests,
         },
         "gpu": gpu_dict(diag.gpu),
+        "capture": dict(diag.capture) if diag.capture else None,
         "picture": picture_dict(diag),
         "timeline": timeline_dict(diag),
         "notices": list(diag.notices),

@@ -42,6 +42,10 @@ class Scanner:
                 pos = end + 1
             lineno += block.count(b"\n", counted)
 
+    def matches(self, line: bytes) -> bool:
+        """Whether one raw line holds an anchor (the streaming path's prefilter)."""
+        return self._bytes.search(line) is not None
+
     def anchors_in(self, text: str) -> set[str]:
         """Which anchors a (decoded, normalised) text contains."""
         return set(self._text.findall(text))

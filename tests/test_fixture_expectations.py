@@ -117,7 +117,9 @@ def test_snapshot_cotenants(sidecar: Path, report_of: Callable[..., dict]) -> No
 
 
 @pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
-def test_recommended_fraction_lies_in_the_window(sidecar: Path, report_of: Callable[..., dict]) -> None:
+def test_recommended_fraction_lies_in_the_window(
+    sidecar: Path, report_of: Callable[..., dict]
+) -> None:
     """Whenever the log gives the numbers, the window is reported and a recommended
     --mem-fraction-static lies inside it (an empty window is said to be empty)."""
     rep = _report(sidecar, report_of)

@@ -23,22 +23,44 @@ def plan(*args: str) -> tuple[int, str, str]:
     [("78GiB", "0.70", -5.4), ("78GiB", "0.85", 6.3), ("96GiB", "0.70", 7.2)],
 )
 def test_worked_example_json(pre: str, y: str, kv: float) -> None:
-    code, out, _ = plan("--pre-load-memory", pre, "--weights", "60GiB", "--mem-fraction-static", y, "--format", "json")
+    code, out, _ = plan(
+        "--pre-load-memory",
+        pre,
+        "--weights",
+        "60GiB",
+        "--mem-fraction-static",
+        y,
+        "--format",
+        "json",
+    )
     assert code == 0
     assert json.loads(out)["budget"]["kv_gib"] == pytest.approx(kv, abs=0.05)
 
 
 def test_worked_example_text() -> None:
-    code, out, _ = plan("--pre-load-memory", "78GiB", "--weights", "60GiB", "--mem-fraction-static", "0.70")
+    code, out, _ = plan(
+        "--pre-load-memory", "78GiB", "--weights", "60GiB", "--mem-fraction-static", "0.70"
+    )
     assert code == 0
     assert out.startswith("will not start")
     assert "-5.40 GiB" in out
-    code, out, _ = plan("--pre-load-memory", "78GiB", "--weights", "60GiB", "--mem-fraction-static", "0.85")
+    code, out, _ = plan(
+        "--pre-load-memory", "78GiB", "--weights", "60GiB", "--mem-fraction-static", "0.85"
+    )
     assert "6.30 GiB" in out
 
 
 def test_plan_and_diagnose_share_the_budget_object() -> None:
-    _, out, _ = plan("--pre-load-memory", "78GiB", "--weights", "60GiB", "--mem-fraction-static", "0.70", "--format", "json")
+    _, out, _ = plan(
+        "--pre-load-memory",
+        "78GiB",
+        "--weights",
+        "60GiB",
+        "--mem-fraction-static",
+        "0.70",
+        "--format",
+        "json",
+    )
     planned = json.loads(out)["budget"]
     log = FIXTURES / "sglang-0.5.2" / "worked-example-y070.log"
     diagnosed = json.loads(
@@ -50,20 +72,41 @@ def test_plan_and_diagnose_share_the_budget_object() -> None:
 
 
 def test_default_fraction_follows_sglang_for_the_card() -> None:
-    _, out, _ = plan("--gpu", "H100-80G", "--weights", "15GiB", "--kv-bytes-per-token", "131072", "--format", "json")
+    _, out, _ = plan(
+        "--gpu",
+        "H100-80G",
+        "--weights",
+        "15GiB",
+        "--kv-bytes-per-token",
+        "131072",
+        "--format",
+        "json",
+    )
     data = json.loads(out)
     assert data["budget"]["mem_fraction_static"] == 0.83  # reference §4.1: H100-80G TP1
     assert "default" in data["budget"]["mem_fraction_source"]
     _, out, _ = plan("--gpu", "H100-80G", "--tp", "8", "--weights", "15GiB", "--format", "json")
     assert json.loads(out)["budget"]["mem_fraction_static"] == 0.812
-    _, out, _ = plan("--gpu", "H200", "--weights", "15GiB", "--sglang-version", "0.5.2", "--format", "json")
+    _, out, _ = plan(
+        "--gpu", "H200", "--weights", "15GiB", "--sglang-version", "0.5.2", "--format", "json"
+    )
     assert json.loads(out)["budget"]["mem_fraction_static"] == 0.911
 
 
 def test_tokens_and_concurrency() -> None:
-    code, out, _ = plan(
-        "--gpu-mem", "81559MiB", "--weights", "15GiB", "--kv-bytes-per-token", "131072",
-        "--context-length", "131072", "--mem-fraction-static", "0.8", "--format", "json",
+    _code, out, _ = plan(
+        "--gpu-mem",
+        "81559MiB",
+        "--weights",
+        "15GiB",
+        "--kv-bytes-per-token",
+        "131072",
+        "--context-length",
+        "131072",
+        "--mem-fraction-static",
+        "0.8",
+        "--format",
+        "json",
     )
     data = json.loads(out)
     b = data["budget"]
@@ -71,21 +114,45 @@ def test_tokens_and_concurrency() -> None:
     kv = pre - 15 - 0.2 * pre
     assert b["kv_gib"] == pytest.approx(kv, abs=0.01)
     assert b["kv_tokens"] == int(kv * 2**30 // 131072)
-    assert data["plan"]["concurrency_at_context"] == pytest.approx(b["kv_tokens"] / 131072, abs=0.01)
+    assert data["plan"]["concurrency_at_context"] == pytest.approx(
+        b["kv_tokens"] / 131072, abs=0.01
+    )
     assert b["y_min"] <= b["y_max"] and data["plan"]["verdict"] in ("fine", "thin_headroom")
 
 
 def test_empty_window_is_reported() -> None:
-    _, out, _ = plan("--gpu", "L4", "--weights", "19GiB", "--kv-bytes-per-token", "131072",
-                     "--context-length", "32768", "--format", "json")
+    _, out, _ = plan(
+        "--gpu",
+        "L4",
+        "--weights",
+        "19GiB",
+        "--kv-bytes-per-token",
+        "131072",
+        "--context-length",
+        "32768",
+        "--format",
+        "json",
+    )
     b = json.loads(out)["budget"]
     assert b["window_empty"] is True and b["y_min"] > b["y_max"]
 
 
 def test_launch_command_and_svg(tmp_path: Path) -> None:
     svg = tmp_path / "card.svg"
-    _, out, _ = plan("--gpu", "H100-80G", "--weights", "60GiB", "--mem-fraction-static", "0.7",
-                     "--context-length", "8192", "--svg", str(svg), "--format", "markdown")
+    _, out, _ = plan(
+        "--gpu",
+        "H100-80G",
+        "--weights",
+        "60GiB",
+        "--mem-fraction-static",
+        "0.7",
+        "--context-length",
+        "8192",
+        "--svg",
+        str(svg),
+        "--format",
+        "markdown",
+    )
     assert "python -m sglang.launch_server" in out and "--context-length 8192" in out
     root = ET.fromstring(svg.read_text())
     assert root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/svg}rect")) >= 6
