@@ -212,12 +212,23 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
                 "a KV pool that is not empty (bytes per token unknown until a pool is built)"
             )
         measured = _measured_shortfall(primary)
+        served = primary is None and headroom is not None and incident.stats.decode_lines > 0
         if measured is not None and y is not None and dynamic is not None:
             reserve = dynamic + measured
             y_max = 1.0 - reserve / pre
             y_max_basis = (
                 f"the failed allocation: the dynamic share ({dynamic:.2f} GiB) was short by "
                 f"{measured:.2f} GiB (requested − free)"
+            )
+        elif served and y is not None and dynamic is not None and headroom is not None:
+            # It served without failing: the runtime peak fit in the headroom left after startup.
+            # Keep a spare part of that headroom, because the startup figure predates the load.
+            spare = runtime_spare(headroom)
+            reserve = dynamic - (headroom - spare)
+            y_max = y + (headroom - spare) / pre
+            y_max_basis = (
+                f"measured: {headroom:.2f} GiB was free after startup and the server served without "
+                f"failing; {spare:.2f} GiB of it is kept free"
             )
         else:
             gpu_gib = capacity
@@ -261,6 +272,12 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
         ranks=ranks,
         notices=tuple(notices),
     )
+
+
+def runtime_spare(headroom_gib: float) -> float:
+    """How much of the post-startup headroom to keep free when growing into it: at least 2 GiB,
+    and half of it, because the startup figure was taken before any request ran."""
+    return max(2.0, headroom_gib / 2)
 
 
 def _imbalance_minimum(incident: Incident) -> float | None:

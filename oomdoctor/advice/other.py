@@ -7,14 +7,12 @@ from dataclasses import replace
 from oomdoctor import holders
 from oomdoctor.advice.context import Context
 from oomdoctor.advice.fraction import lower_action, raise_fraction
-from oomdoctor.budget import GIB, round_down
+from oomdoctor.budget import GIB, round_down, runtime_spare
 from oomdoctor.features import server_pids, sibling_pids
 from oomdoctor.model import Action
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
 FREQUENT_RETRACTIONS_PER_HOUR = 30.0
-#: Runtime headroom kept free when the pool is grown into it (activation peaks, fragmentation).
-RUNTIME_SPARE_GIB = 2.0
 
 
 def _holder_action(ctx: Context, pid: int, gib: float, where: str, detail: str) -> Action:
@@ -204,46 +202,77 @@ def retraction(ctx: Context) -> list[Action]:
         or t.seconds_high >= 600
     )
     if pressured:
-        grow = _grow_pool(ctx)
-        if grow is not None:
-            out.append(grow)
-        running = ctx.arg_int("max_running_requests")
-        if running:
-            out.append(
-                Action(
-                    text=f"Or lower --max-running-requests ({running} → {max(running * 3 // 4, 1)}) "
-                    "so fewer requests share the pool.",
-                    flag="--max-running-requests",
-                    direction="lower",
-                    value=max(running * 3 // 4, 1),
-                    current=running,
-                )
+        out.extend(_pressure_levers(ctx))
+    return out
+
+
+def _pressure_levers(ctx: Context) -> list[Action]:
+    """SGLang's own knob first (admit less), then fewer requests, smaller tokens, a bigger pool."""
+    out = [
+        Action(
+            text="It is frequent: set --schedule-conservativeness 1.3 (default 1.0) so the scheduler "
+            "admits new requests more cautiously and retracts less (SGLang's documented remedy).",
+            flag="--schedule-conservativeness",
+            direction="raise",
+            value=1.3,
+            current=ctx.incident.server_args.get("schedule_conservativeness"),
+        )
+    ]
+    running = ctx.arg_int("max_running_requests")
+    if running:
+        out.append(
+            Action(
+                text=f"Lower --max-running-requests ({running} → {max(running * 3 // 4, 1)}) so "
+                "fewer requests share the pool.",
+                flag="--max-running-requests",
+                direction="lower",
+                value=max(running * 3 // 4, 1),
+                current=running,
             )
+        )
+    b = ctx.budget
+    kv_dtype = ctx.incident.server_args.get("kv_cache_dtype")
+    if b.bytes_per_token and kv_dtype in (None, "auto"):
+        tokens = f" ({b.kv_tokens:,} → ≈{b.kv_tokens * 2:,} tokens)" if b.kv_tokens else ""
+        out.append(
+            Action(
+                text=f"An FP8 KV cache (--kv-cache-dtype fp8_e4m3) halves bytes per token "
+                f"({b.bytes_per_token:,} → {b.bytes_per_token // 2:,}), doubling the pool{tokens}.",
+                flag="--kv-cache-dtype",
+                direction="set",
+                value="fp8_e4m3",
+                current=kv_dtype,
+            )
+        )
+    grow = _grow_pool(ctx)
+    if grow is not None:
+        out.append(grow)
     return out
 
 
 def _grow_pool(ctx: Context) -> Action | None:
-    """Raise the fraction into the runtime headroom, keeping RUNTIME_SPARE_GIB of it free."""
+    """Raise the fraction into the runtime headroom, keeping a spare part of it free."""
     b = ctx.budget
     if b.headroom_gib is None or not b.pre_gib or b.mem_fraction_static is None:
         return None
-    spare = b.headroom_gib - RUNTIME_SPARE_GIB
-    dy = round_down(min(0.10, spare / b.pre_gib))
+    spare = runtime_spare(b.headroom_gib)
+    dy = round_down(min(0.10, (b.headroom_gib - spare) / b.pre_gib))
     if dy < 0.01:
         return None
     gained = dy * b.pre_gib
     tokens = f" (+{int(gained * GIB // b.bytes_per_token):,} tokens)" if b.bytes_per_token else ""
     y = b.mem_fraction_static
     return Action(
-        text=f"It is frequent: +{dy:.2f} on --mem-fraction-static ({y:.2f} → {y + dy:.2f}) gives "
-        f"+{gained:.2f} GiB of KV{tokens} and still leaves {b.headroom_gib - gained:.2f} GiB of the "
-        f"{b.headroom_gib:.2f} GiB runtime headroom the server had after startup.",
+        text=f"Or grow the pool into the runtime headroom: +{dy:.2f} on --mem-fraction-static "
+        f"({y:.2f} → {y + dy:.2f}) gives +{gained:.2f} GiB of KV{tokens} and still leaves "
+        f"{b.headroom_gib - gained:.2f} GiB of the {b.headroom_gib:.2f} GiB that were free after "
+        "startup (that figure predates the load: watch for activation OOMs).",
         flag="--mem-fraction-static",
         direction="raise",
         value=round(y + dy, 2),
         current=y,
-        basis=f"headroom after startup {b.headroom_gib:.2f} GiB − {RUNTIME_SPARE_GIB:.0f} GiB kept free; "
-        f"Δy = min(0.10, that / pre {b.pre_gib:.2f})",
+        basis=f"headroom after startup {b.headroom_gib:.2f} GiB − {spare:.2f} GiB kept free "
+        f"(max(2 GiB, half)); Δy = min(0.10, that / pre {b.pre_gib:.2f})",
     )
 
 
