@@ -66,10 +66,14 @@ def test_parameter_counts(name: str, params_b: float) -> None:
 
 def test_weights_come_from_the_index_when_present() -> None:
     shape = model_config.load(CONFIGS / "meta-llama--Llama-3.1-8B-Instruct")
-    index = json.loads((CONFIGS / "meta-llama--Llama-3.1-8B-Instruct" / "model.safetensors.index.json").read_text())
+    index = json.loads(
+        (CONFIGS / "meta-llama--Llama-3.1-8B-Instruct" / "model.safetensors.index.json").read_text()
+    )
     assert shape.weights_from == "safetensors index"
     assert shape.weight_bytes == index["metadata"]["total_size"]
-    assert shape.weights_gib_per_gpu(tp=2) == pytest.approx(index["metadata"]["total_size"] / 2 / 2**30)
+    assert shape.weights_gib_per_gpu(tp=2) == pytest.approx(
+        index["metadata"]["total_size"] / 2 / 2**30
+    )
 
 
 def test_layouts() -> None:
@@ -78,7 +82,13 @@ def test_layouts() -> None:
     assert v3.bytes_per_token(kv_dtype="fp8_e4m3") == 35136
     assert v3.quantization == "fp8"
     llama70 = model_config.load(CONFIGS / "meta-llama--Llama-3.1-70B-Instruct")
-    assert [llama70.bytes_per_token(tp) for tp in (1, 2, 4, 8, 16)] == [327680, 163840, 81920, 40960, 40960]
+    assert [llama70.bytes_per_token(tp) for tp in (1, 2, 4, 8, 16)] == [
+        327680,
+        163840,
+        81920,
+        40960,
+        40960,
+    ]
     nxt = model_config.load(CONFIGS / "Qwen--Qwen3-Next-80B-A3B-Instruct")
     assert nxt.full_attention_layers == 12 and nxt.linear_layers == 36
     vl = model_config.load(CONFIGS / "Qwen--Qwen2.5-VL-7B-Instruct")
@@ -90,11 +100,26 @@ def test_plan_with_a_model_directory() -> None:
 
     from oomdoctor.cli import cli
 
-    out = CliRunner().invoke(
-        cli,
-        ["plan", "--gpu", "H100-80G", "--model", str(CONFIGS / "meta-llama--Llama-3.1-70B-Instruct"),
-         "--tp", "4", "--context-length", "32768", "--format", "json"],
-    ).stdout
+    out = (
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "plan",
+                "--gpu",
+                "H100-80G",
+                "--model",
+                str(CONFIGS / "meta-llama--Llama-3.1-70B-Instruct"),
+                "--tp",
+                "4",
+                "--context-length",
+                "32768",
+                "--format",
+                "json",
+            ],
+        )
+        .stdout
+    )
     data = json.loads(out)
     assert data["budget"]["bytes_per_token"] == 81920
     assert data["budget"]["weights_gib"] == pytest.approx(141107412992 / 4 / 2**30, abs=0.01)

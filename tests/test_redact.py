@@ -106,3 +106,76 @@ def test_non_secrets_are_untouched(text: str) -> None:
     r = Redactor()
     assert r.text(text) == text
     assert r.count == 0
+
+
+def test_watch_and_follow_reports_are_redacted_but_the_pass_through_is_not(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    log = tmp_path / "server.log"
+    log.write_text(_log(True) + "\n")
+    report_file = tmp_path / "report.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oomdoctor",
+            "watch",
+            "--no-gpu",
+            "-o",
+            str(report_file),
+            "--format",
+            "markdown",
+            "--",
+            sys.executable,
+            str(REPO / "tests" / "fake_server.py"),
+            str(log),
+            "--one-stream",
+        ],
+        capture_output=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    passed, _, summary = proc.stderr.partition(b"-- oomdoctor --")
+    assert SECRETS["api"].encode() in passed  # the server's own output is never altered
+    for secret in SECRETS.values():
+        assert secret.encode() not in summary
+        assert secret not in report_file.read_text()
+    follow = subprocess.run(
+        [sys.executable, "-m", "oomdoctor", "diagnose", "--follow", "--tee", "--no-gpu"],
+        input=log.read_bytes(),
+        capture_output=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert follow.stdout == log.read_bytes()
+    for secret in SECRETS.values():
+        assert secret.encode() not in follow.stderr
+
+
+def test_snapshot_command_lines_are_redacted() -> None:
+    from oomdoctor.gpu.snapshot import Process, Snapshot, to_json
+
+    snap = Snapshot(
+        "nvml",
+        None,
+        None,
+        None,
+        None,
+        (),
+        (
+            Process(
+                1,
+                "GPU-x",
+                None,
+                1,
+                "python3",
+                f"python3 -m sglang.launch_server --api-key {SECRETS['api']}",
+            ),
+        ),
+    )
+    r = Redactor()
+    assert SECRETS["api"] not in json.dumps(r.walk(to_json(snap)))
+    assert r.count == 1
