@@ -1,3 +1,3 @@
-from oomdoctor.cli import main
+from oomdoctor.entry import main
 
 main()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oomdoctor import sglang_defaults
 from oomdoctor.model import Budget, Failure, Incident, RankBudget, RankMemory
@@ -63,8 +63,7 @@ def snap_bytes_per_token(kv_gib: float, tokens: int, printed_error_gib: float = 
     return round(central)
 
 
-@dataclass(frozen=True, slots=True)
-class Fraction:
+class Fraction(NamedTuple):
     value: float
     source: str
 
@@ -195,7 +194,8 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
     y_min = y_max = reserve = None
     y_min_basis = y_max_basis = None
     if y_zero is not None and pre is not None:
-        peak = incident.stats.peak_tokens
+        usage = incident.stats.peak_token_usage
+        peak = round(usage * tokens) if usage is not None and tokens else None
         if bpt is not None and (context is not None or peak):
             want = max(int(context or 0), peak or 0)
             need = want * bpt / GIB

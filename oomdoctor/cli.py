@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -168,13 +167,24 @@ def diagnose(
             svg,
             tee,
         )
+    from oomdoctor import progress
+
     gpu = _gpu_state(snapshots, no_gpu)
+    bar = progress.for_inputs(names)
     try:
         diagnosis = pipeline.run(
-            names, rules, stdin=sys.stdin.buffer, gpu=gpu, cuda_visible_devices=cuda_visible_devices
+            names,
+            rules,
+            stdin=sys.stdin.buffer,
+            progress=bar,
+            gpu=gpu,
+            cuda_visible_devices=cuda_visible_devices,
         )
     except InputError as exc:
         _fail(str(exc), "give a readable log file, a .gz file, or - for standard input")
+    finally:
+        if bar is not None:
+            bar.close()
     _emit(diagnosis, fmt, output, no_redact, svg, sys.stdout)
     oom = diagnosis.verdict.category in OOM_CATEGORIES
     sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
@@ -194,7 +204,7 @@ def _emit(
     _write_svg(data, svg)
     to_terminal = not output and stream.isatty()
     color = to_terminal and "NO_COLOR" not in os.environ
-    width = shutil.get_terminal_size().columns if to_terminal else 100
+    width = _terminal_width() if to_terminal else 100
     text = render(data, fmt, color=color, width=max(width, 60))
     if output and output != "-":
         _write(text, output)
@@ -236,7 +246,7 @@ def _capture_fields(capture: Any) -> dict[str, Any] | None:
 
 def _after_capture(capture: Any, snapshots: tuple[str, ...], no_gpu: bool) -> Any:
     """The GPU state for a live run: the crash-time snapshot, a given file, or why there is none."""
-    from oomdoctor.gpu.snapshot import Unavailable
+    from oomdoctor.gpu.view import Unavailable
 
     if capture.snapshot is not None:
         return capture.snapshot
@@ -258,8 +268,6 @@ def _follow(
     tee: bool,
 ) -> None:
     """`diagnose --follow -`: parse a pipe as it flows, snapshot at the crash, report at EOF."""
-    from dataclasses import replace
-
     from oomdoctor import pipeline
     from oomdoctor.model import OOM_CATEGORIES
     from oomdoctor.watch import Capture
@@ -281,7 +289,7 @@ def _follow(
     capture.wait()
     gpu = _after_capture(capture, snapshots, no_gpu)
     diagnosis = pipeline.diagnose(parser.incident(), rules, gpu, cuda_visible_devices)
-    diagnosis = replace(diagnosis, capture=_capture_fields(capture))
+    diagnosis = diagnosis._replace(capture=_capture_fields(capture))
     _emit(diagnosis, fmt, output, no_redact, svg, sys.stderr if tee else sys.stdout)
     oom = diagnosis.verdict.category in OOM_CATEGORIES
     sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
@@ -289,7 +297,7 @@ def _follow(
 
 def _gpu_state(snapshots: tuple[str, ...], no_gpu: bool) -> Any:
     """A loaded snapshot, a live one, or why there is none (--no-gpu never imports pynvml)."""
-    from oomdoctor.gpu.snapshot import Unavailable
+    from oomdoctor.gpu.view import Unavailable
 
     if no_gpu:
         return Unavailable("not read (--no-gpu)")
@@ -350,8 +358,6 @@ def watch(
     The GPU snapshot is taken the moment a crash line appears. Exits with the server's status
     (128+N when a signal N ended it); SIGINT/SIGTERM/SIGHUP go to the server's process group.
     """
-    from dataclasses import replace
-
     from oomdoctor import pipeline
     from oomdoctor.watch import Capture, run
 
@@ -376,7 +382,7 @@ def watch(
     def report_now() -> None:
         nonlocal reported
         diagnosis = pipeline.diagnose(parser.incident(), rules, _after_capture(capture, (), no_gpu))
-        diagnosis = replace(diagnosis, capture=_capture_fields(capture))
+        diagnosis = diagnosis._replace(capture=_capture_fields(capture))
         sys.stderr.write("\n-- oomdoctor --\n")
         _emit(diagnosis, "text", None, no_redact, None, sys.stderr)
         if output:
@@ -410,7 +416,8 @@ def snapshot(output: str | None, no_redact: bool) -> None:
     import json
 
     from oomdoctor.gpu import nvml, smi
-    from oomdoctor.gpu.snapshot import Unavailable, to_json
+    from oomdoctor.gpu.snapshot import to_json
+    from oomdoctor.gpu.view import Unavailable
     from oomdoctor.redact import Redactor
 
     state = nvml.take()
@@ -591,7 +598,7 @@ def plan(
         text = plan_report.render_markdown(data)
     else:
         to_terminal = not output and sys.stdout.isatty()
-        width = shutil.get_terminal_size().columns if to_terminal else 100
+        width = _terminal_width() if to_terminal else 100
         text = plan_report.render_text(
             data, color=to_terminal and "NO_COLOR" not in os.environ, width=max(width, 60)
         )
@@ -720,3 +727,9 @@ def main() -> None:
         )
         sys.exit(EXIT_INTERNAL)
     sys.exit(EXIT_OK)
+
+
+def _terminal_width() -> int:
+    import shutil  # only a terminal needs it (shutil pulls in the compression modules)
+
+    return shutil.get_terminal_size().columns

@@ -26,7 +26,12 @@ def _holds(cond: Condition, features: Mapping[str, Feature]) -> bool:
     if op == "not_in":
         return value not in operand
     if op == "matches":
-        return isinstance(value, str) and operand.search(value, timeout=0.05) is not None
+        if not isinstance(value, str):
+            return False
+        try:
+            return operand.search(value, timeout=0.05) is not None
+        except TimeoutError:  # a catastrophic pattern on a hostile value: no match, no hang
+            return False
     if value is None or isinstance(value, bool | str) or isinstance(operand, bool | str):
         return False  # unknown numbers satisfy no comparison
     if op == "lt":

@@ -9,24 +9,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor import holders, sites
-from oomdoctor.budget import CONTEXT_OVERHEAD_GIB
-from oomdoctor.gpu import cotenants
-from oomdoctor.gpu.cotenants import GpuView
-from oomdoctor.gpu.snapshot import GIB
+from oomdoctor.budget import CONTEXT_OVERHEAD_GIB, GIB
 from oomdoctor.kinds import CONSEQUENCE_KINDS, MEMORY_KINDS, OOM_KINDS
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
+from oomdoctor.timeline import parse_ts
+
+if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
+    from oomdoctor.gpu.view import GpuView
 
 _ENCODER_STAGE = re.compile(
     r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Feature:
+class Feature(NamedTuple):
     value: Scalar
     evidence: tuple[Line, ...] = ()
 
@@ -316,7 +315,11 @@ def _gpu_features(
         foreign = [h for h in foreign if h.device is gpu.failing_device]
     where = primary.line if primary else None
     put("gpu.foreign_gib", sum(h.gib or 0.0 for h in foreign), where if foreign else None)
-    explained = gpu is not None and available and cotenants.explains(gpu, budget, primary)
+    explained = False
+    if gpu is not None and available:
+        from oomdoctor.gpu import cotenants
+
+        explained = cotenants.explains(gpu, budget, primary)
     put("gpu.foreign_explains", explained, where if explained else None)
     gaps = [g for _, g in gpu.unattributed] if gpu is not None else []
     put("gpu.unattributed_gib", max(gaps) if gaps else None)
@@ -382,17 +385,6 @@ def _budget_lines(incident: Incident) -> tuple[Line, ...]:
     return tuple(out)
 
 
-def _parse_ts(ts: str | None) -> datetime | None:
-    if not ts:
-        return None
-    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S.%fZ"):
-        try:
-            return datetime.strptime(ts[:26], fmt)
-        except ValueError:
-            continue
-    return None
-
-
 #: A rate over less time than this says little (two retractions a minute apart are not 120/hour).
 MIN_RATE_SPAN_S = 600.0
 
@@ -400,7 +392,7 @@ MIN_RATE_SPAN_S = 600.0
 def _per_hour(count: int, first: Line | None, last: Line | None) -> float | None:
     if count < 2 or first is None or last is None:
         return None
-    a, b = _parse_ts(first.ts), _parse_ts(last.ts)
+    a, b = parse_ts(first.ts), parse_ts(last.ts)
     if a is None or b is None or (b - a).total_seconds() < MIN_RATE_SPAN_S:
         return None
     return count / ((b - a).total_seconds() / 3600)

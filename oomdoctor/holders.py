@@ -8,7 +8,7 @@ matches what PyTorch reserved (plus the usual non-PyTorch overhead) is the serve
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oomdoctor.model import Holder, OomMessage
 
@@ -18,8 +18,7 @@ MAX_NON_PYTORCH_GIB = 6.0
 PEER_CONTEXT_GIB = 1.5
 
 
-@dataclass(frozen=True, slots=True)
-class HolderView:
+class HolderView(NamedTuple):
     holders: tuple[Holder, ...]
     self_gib: float | None
     foreign_gib: float

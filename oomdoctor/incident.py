@@ -24,6 +24,7 @@ from oomdoctor.model import (
     Scalar,
     StatsSummary,
 )
+from oomdoctor.scan import StatsBlock
 from oomdoctor.signatures.startup import parse_server_args
 from oomdoctor.timeline import TimelineBuilder
 from oomdoctor.versions import VersionTracker
@@ -89,7 +90,6 @@ class _StatsAcc:
     prefill_lines: int = 0
     decode_lines: int = 0
     peak_token_usage: float | None = None
-    peak_tokens: int = 0
     last_prefill: Fact | None = None
     last_decode: Fact | None = None
     retractions: int = 0
@@ -103,7 +103,6 @@ class _StatsAcc:
             prefill_lines=self.prefill_lines,
             decode_lines=self.decode_lines,
             peak_token_usage=self.peak_token_usage,
-            peak_tokens=self.peak_tokens or None,
             last_prefill=self.last_prefill,
             last_decode=self.last_decode,
             retractions=self.retractions,
@@ -315,23 +314,35 @@ class Assembler:
     # -- stats and retraction -----------------------------------------------------------------
 
     def _stats(self, fact: Fact) -> None:
+        """A stats line the scanner kept as context: the latest one of each kind wins.
+
+        Counting, peaks and the timeline come from the scanner's block summaries (add_stats).
+        """
         acc = self._launch.stats
-        usage = fact.num("token_usage")
-        if usage is None:
-            usage = fact.num("full_token_usage")
-        if usage is not None and (acc.peak_token_usage is None or usage > acc.peak_token_usage):
-            acc.peak_token_usage = usage
-        tokens = fact.num("token") or fact.num("full_token")
-        if tokens is not None and tokens > acc.peak_tokens:
-            acc.peak_tokens = int(tokens)
         if fact.data.get("phase") == "prefill":
-            acc.prefill_lines += 1
-            acc.last_prefill = fact
-        else:
-            acc.decode_lines += 1
+            if acc.last_prefill is None or acc.last_prefill.line.seq < fact.line.seq:
+                acc.last_prefill = fact
+        elif acc.last_decode is None or acc.last_decode.line.seq < fact.line.seq:
             acc.last_decode = fact
-        acc.timeline.stats(
-            fact.line.ts, usage, int(fact.num("running_req") or 0), int(fact.num("queue_req") or 0)
+
+    def add_stats(self, block: StatsBlock) -> None:
+        """The summary of one block's stats lines (scan.Scanner.stats)."""
+        acc = self._launch.stats
+        acc.prefill_lines += block.prefill
+        acc.decode_lines += block.decode
+        if block.peak_usage is not None and (
+            acc.peak_token_usage is None or block.peak_usage > acc.peak_token_usage
+        ):
+            acc.peak_token_usage = block.peak_usage
+        last = acc.last_decode
+        acc.timeline.add_block(
+            block.first_ts,
+            block.last_ts,
+            block.peak_usage,
+            block.high_lines,
+            block.usage_lines,
+            int(last.num("running_req") or 0) if last else 0,
+            int(last.num("queue_req") or 0) if last else 0,
         )
 
     def _retraction(self, stream: _Stream, fact: Fact) -> None:

@@ -1,24 +1,30 @@
 """The values that flow between the pipeline's stages.
 
 read → normalise → extract facts → assemble the incident → budget → rules → verdict → render.
-Every stage takes and returns these frozen dataclasses; none of them does I/O.
+Every stage takes and returns these immutable records; none of them does I/O.
+They are NamedTuples rather than frozen dataclasses because a command-line tool pays for class
+creation on every start (a dataclass costs ~0.5 ms to define on Python 3.11, a NamedTuple ~0.1).
+Change them with ``record._replace(field=value)``; never rely on their tuple-ness (order,
+unpacking, equality across types).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from oomdoctor.timeline import Timeline
 
 if TYPE_CHECKING:
-    from oomdoctor.gpu.cotenants import GpuView
+    from oomdoctor.gpu.view import GpuView
 
 _TP_RANK = re.compile(r"\bTP(\d+)\b")
 
 Scalar = str | int | float | bool | None
+#: The shared empty default of mapping fields (read-only, so sharing it is safe).
+EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 CATEGORIES: tuple[str, ...] = (
     "startup_kv_alloc",
@@ -32,8 +38,7 @@ CATEGORIES: tuple[str, ...] = (
 OOM_CATEGORIES: frozenset[str] = frozenset(CATEGORIES[:4])
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
+class Line(NamedTuple):
     """One physical log line (or one ``\\r`` segment of it) after its envelope was stripped."""
 
     source: int  # index into Incident.sources
@@ -47,13 +52,12 @@ class Line:
     level: str | None = None  # log level where the envelope prints one (Omni, vLLM)
 
 
-@dataclass(frozen=True, slots=True)
-class Fact:
+class Fact(NamedTuple):
     """A typed observation made by one signature on one line."""
 
     kind: str
     line: Line
-    data: Mapping[str, Scalar] = field(default_factory=dict)
+    data: Mapping[str, Scalar] = EMPTY
 
     def num(self, key: str) -> float | None:
         value = self.data.get(key)
@@ -66,16 +70,14 @@ class Fact:
         return value if isinstance(value, str) else None
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
     path: str
     lineno: int  # the line in the Python file
     func: str
     line: Line | None = None  # the log line that printed this frame
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
+class Holder(NamedTuple):
     """A process the CUDA OOM message says holds memory on the failing GPU."""
 
     pid: int | None  # None for PyTorch's "this process"
@@ -84,8 +86,7 @@ class Holder:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
-class OomMessage:
+class OomMessage(NamedTuple):
     """The numbers of a GPU out-of-memory message (PyTorch allocator or a driver-level error)."""
 
     form: str  # "pytorch", "pytorch_legacy", "cuda_error", "cublas", "nccl", "triton"
@@ -103,8 +104,7 @@ class OomMessage:
     complete: bool = True  # False when the message was cut off before its numbers ended
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(NamedTuple):
     """One failure event (deduplicated across ranks that printed the same thing)."""
 
     kind: str  # "cuda_oom", "startup_kv", "logical_kv", "tp_imbalance", "graph_capture", ...
@@ -115,19 +115,17 @@ class Failure:
     oom: OomMessage | None = None
     site: str = "unknown"  # where it failed: weights, kv_pool, graph_capture, encoder, logits, ...
     phase: str = "unknown"  # startup, warmup, running, unknown
-    data: Mapping[str, Scalar] = field(default_factory=dict)
+    data: Mapping[str, Scalar] = EMPTY
 
 
-@dataclass(frozen=True, slots=True)
-class Measured:
+class Measured(NamedTuple):
     """A number read from the log, with the line that printed it."""
 
     value: float
     line: Line
 
 
-@dataclass(frozen=True, slots=True)
-class RankMemory:
+class RankMemory(NamedTuple):
     """The startup memory checkpoints one rank printed (GiB; None where not printed)."""
 
     rank: str
@@ -142,8 +140,7 @@ class RankMemory:
     graph_end: Measured | None = None  # Capture ... graph end. avail mem
 
 
-@dataclass(frozen=True, slots=True)
-class VersionGuess:
+class VersionGuess(NamedTuple):
     """The SGLang release range whose formats the log matches."""
 
     low: str | None
@@ -163,25 +160,22 @@ class VersionGuess:
         return f"{self.low}–{self.high}"
 
 
-@dataclass(frozen=True, slots=True)
-class StatsSummary:
+class StatsSummary(NamedTuple):
     """What the periodic Prefill/Decode batch lines say (bounded: counts, peaks, the last ones)."""
 
     prefill_lines: int = 0
     decode_lines: int = 0
     peak_token_usage: float | None = None
-    peak_tokens: int | None = None  # most KV tokens held by running requests at once
     last_prefill: Fact | None = None
     last_decode: Fact | None = None
     retractions: int = 0
     retracted_requests: int = 0
     first_retraction: Line | None = None
     last_retraction: Line | None = None
-    timeline: Timeline = field(default_factory=lambda: Timeline())
+    timeline: Timeline = Timeline()
 
 
-@dataclass(frozen=True, slots=True)
-class Incident:
+class Incident(NamedTuple):
     """Everything the log says, assembled: the input to the budget and the rules."""
 
     sources: tuple[str, ...]
@@ -220,8 +214,7 @@ class Incident:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class RankBudget:
+class RankBudget(NamedTuple):
     rank: str
     pre_gib: float | None
     post_gib: float | None
@@ -229,8 +222,7 @@ class RankBudget:
     kv_gib: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Budget:
+class Budget(NamedTuple):
     """The memory budget of DESIGN §2, rebuilt from the log (GiB; None = the log does not say)."""
 
     rank: str | None = None  # the tightest rank, whose numbers these are
@@ -260,14 +252,12 @@ class Budget:
     notices: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
+class Evidence(NamedTuple):
     line: Line
     note: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(NamedTuple):
     """A rule that fired, with the lines that made it fire."""
 
     rule: str
@@ -279,8 +269,7 @@ class Finding:
     advice: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
+class Action(NamedTuple):
     """One thing to change; flag actions carry the current and the computed value."""
 
     text: str
@@ -291,17 +280,15 @@ class Action:
     basis: str | None = None  # the arithmetic behind the value, shown in reports
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     category: str
     confidence: float
     summary: str
     rule: str | None = None
-    explanation: Mapping[str, str] = field(default_factory=dict)  # what/why/remedy from the rule
+    explanation: Mapping[str, str] = EMPTY  # what/why/remedy from the rule
 
 
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
+class Diagnosis(NamedTuple):
     """The whole result handed to a reporter."""
 
     verdict: Verdict

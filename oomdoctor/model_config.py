@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 DTYPE_BYTES = {
     "float32": 4.0,
@@ -34,8 +33,7 @@ class ConfigError(ValueError):
     """A config that cannot be read as a model description."""
 
 
-@dataclass(frozen=True, slots=True)
-class ModelShape:
+class ModelShape(NamedTuple):
     name: str
     model_type: str
     layers: int

@@ -8,7 +8,7 @@ SGLang Omni, vLLM, Python's default). Outer ones are peeled repeatedly, the inne
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-B]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -50,8 +50,7 @@ _ISO_LEVEL = re.compile(  # generic "2025-01-01 12:00:00[.,]123 LEVEL ..." / "..
 _TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(-?\d+)")
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
+class Envelope(NamedTuple):
     text: str
     rank: str | None = None
     ts: str | None = None

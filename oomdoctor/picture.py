@@ -8,7 +8,6 @@ in the legend, never drawn as zero.
 from __future__ import annotations
 
 from typing import Any
-from xml.sax.saxutils import escape
 
 from oomdoctor.budget import kv_at
 from oomdoctor.model import Budget
@@ -117,6 +116,8 @@ def mermaid(seg: dict[str, Any], title: str) -> str | None:
 
 def svg(pictures: list[tuple[str, dict[str, Any]]], width: int = 720) -> str:
     """Stacked horizontal bars, one per (caption, segments), with a legend."""
+    from html import escape  # only --svg pays for html.entities
+
     row, top = 46, 10
     height = top + row * len(pictures) + 40
     out = [

@@ -8,21 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypeAlias
 
-from oomdoctor import advice, budget, engine, features, verdict
+from oomdoctor import advice, budget, engine, features, parallel, verdict
 from oomdoctor.extract import Extractor, Matcher, SignatureMatcher
-from oomdoctor.gpu import cotenants
-from oomdoctor.gpu.cotenants import GpuView
-from oomdoctor.gpu.snapshot import Snapshot, Unavailable
+from oomdoctor.feed import Feeder
 from oomdoctor.incident import Assembler
 from oomdoctor.model import Budget, Diagnosis, Failure, Incident, Line
 from oomdoctor.reader import ReadStats, iter_blocks, open_source
 from oomdoctor.rules import Rule, builtin_dir, load
 from oomdoctor.signatures import ALL as SIGNATURES
-from oomdoctor.stream import StreamParser
+
+if TYPE_CHECKING:  # loaded when used: GPU state, live capture
+    from oomdoctor.gpu.snapshot import Snapshot
+    from oomdoctor.gpu.view import GpuView, Unavailable
+    from oomdoctor.stream import StreamParser
 
 Progress = Callable[[int], None]
+GpuState: TypeAlias = "Snapshot | Unavailable | None"
 
 
 def fact_kinds() -> set[str]:
@@ -54,13 +57,20 @@ def read(
     notices: list[str] = []
     streams = [open_source(n, stdin) for n in names]  # fail before reading anything
     try:
-        for index, (label, stream) in enumerate(zip(labels, streams, strict=False)):
+        for index, (name, label, stream) in enumerate(zip(names, labels, streams, strict=False)):
+            feeder = Feeder(extractor, assembler, index)
             stats = ReadStats(label)
-            blocks: Iterable[bytes] = iter_blocks(stream, stats)
-            if progress is not None:
-                blocks = _counting(blocks, progress)
-            for line, facts in extractor.facts(index, extractor.scanner.lines(blocks)):
-                assembler.feed(line, facts)
+            scans = (
+                parallel.scan_file(Path(name), extractor.scanner, stats, progress)
+                if (name != "-" and parallel.usable(Path(name)))
+                else None
+            )
+            if scans is None:
+                blocks: Iterable[bytes] = iter_blocks(stream, stats)
+                if progress is not None:
+                    blocks = _counting(blocks, progress, stream)
+                scans = (extractor.scanner.scan(block) for block in blocks)
+            feeder.blocks(scans)
             assembler.lines_read += stats.lines
             notices.extend(_read_notices(stats))
     finally:
@@ -71,9 +81,7 @@ def read(
         notices.append(f"rule pattern {kind[8:]} was disabled for this run: {why}")
     incident = assembler.incident()
     if notices:
-        from dataclasses import replace
-
-        incident = replace(incident, notices=incident.notices + tuple(notices))
+        incident = incident._replace(notices=incident.notices + tuple(notices))
     return incident
 
 
@@ -81,12 +89,28 @@ def stream_parser(
     rules: Sequence[Rule], label: str, on_crash: Callable[[Line], None] | None = None
 ) -> StreamParser:
     """The incremental parser `watch` and `diagnose --follow` feed with live output."""
+    from oomdoctor.stream import StreamParser
+
     return StreamParser(Extractor(matchers(rules)), Assembler((label,)), on_crash)
 
 
-def _counting(blocks: Iterable[bytes], progress: Progress) -> Iterable[bytes]:
+def _counting(blocks: Iterable[bytes], progress: Progress, stream: BinaryIO) -> Iterable[bytes]:
+    """Report input bytes consumed: the file position where there is one (for gzip that is the
+    compressed bytes, matching the file size), else the bytes of each block."""
+    try:
+        last = stream.tell()
+    except (OSError, ValueError):
+        last = -1
     for block in blocks:
-        progress(len(block))
+        if last >= 0:
+            try:
+                here = stream.tell()
+                progress(here - last)
+                last = here
+            except (OSError, ValueError):
+                last = -1
+        if last < 0:
+            progress(len(block))
         yield block
 
 
@@ -103,9 +127,6 @@ def _read_notices(stats: ReadStats) -> list[str]:
     if stats.utf16:
         out.append(f"{stats.name}: UTF-16 input was converted to UTF-8")
     return out
-
-
-GpuState = Snapshot | Unavailable | None
 
 
 def features_of(
@@ -125,12 +146,16 @@ def _gpu_view(
     gpu: GpuState,
     cuda_visible_devices: str | None,
 ) -> GpuView | None:
-    if isinstance(gpu, Snapshot):
-        siblings = features.sibling_pids(incident)
-        return cotenants.analyse(gpu, incident, bud, primary, siblings, cuda_visible_devices)
-    if isinstance(gpu, Unavailable):
-        return cotenants.unavailable(gpu)
-    return None
+    from oomdoctor.gpu import view
+
+    if gpu is None:
+        return None
+    if isinstance(gpu, view.Unavailable):
+        return view.unavailable(gpu)
+    from oomdoctor.gpu import cotenants  # a snapshot to read: the attribution logic loads now
+
+    siblings = features.sibling_pids(incident)
+    return cotenants.analyse(gpu, incident, bud, primary, siblings, cuda_visible_devices)
 
 
 def diagnose(

@@ -130,7 +130,7 @@ class _Gunzip(_Transform):
         return out
 
 
-def _sniff(stream: BinaryIO, stats: ReadStats) -> BinaryIO:
+def _sniff(stream: _Readable, stats: ReadStats) -> _Readable:
     head = stream.read(4096)
     if head.startswith(_GZIP_MAGIC):
         stats.gzip = True
@@ -138,7 +138,7 @@ def _sniff(stream: BinaryIO, stats: ReadStats) -> BinaryIO:
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and _looks_utf16(head):
         stats.utf16 = True
         return io.BufferedReader(_Utf16ToUtf8(_Prepend(head, stream)))
-    return _Prepend(head, stream)  # type: ignore[return-value]
+    return _Prepend(head, stream)
 
 
 def _looks_utf16(head: bytes) -> bool:
@@ -178,14 +178,46 @@ class _Prepend(io.RawIOBase):
         return len(data)
 
 
+class Window:
+    """At most ``size`` bytes of a stream, from where it stands (a worker's byte range).
+
+    ``first`` (> 0) caps the first read, so that later reads end where the sequential reader's
+    do (multiples of the block size from the start of the file) and the blocks come out the same."""
+
+    def __init__(self, raw: _Readable, size: int, first: int | None = None) -> None:
+        self._raw = raw
+        self._left = size
+        self._first = first
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = self._left if size < 0 else min(size, self._left)
+        if self._first is not None:
+            want, self._first = min(want, self._first), None
+        data = self._raw.read(want) if want > 0 else b""
+        self._left -= len(data)
+        return data
+
+
+def merge_stats(into: ReadStats, part: ReadStats) -> None:
+    """Add a worker's counts for one byte range to the whole file's."""
+    into.bytes_read += part.bytes_read
+    into.lines += part.lines
+    into.cut_lines += part.cut_lines
+    into.read_error = into.read_error or part.read_error
+
+
 def iter_blocks(
-    stream: BinaryIO,
+    stream: _Readable,
     stats: ReadStats,
     block_size: int = BLOCK_SIZE,
     max_line: int = MAX_LINE,
+    sniff: bool = True,
 ) -> Iterator[bytes]:
-    """Yield blocks of whole lines (each ends with ``\\n``); over-long lines are cut to max_line."""
-    source = _sniff(stream, stats)
+    """Yield blocks of whole lines (each ends with ``\\n``); over-long lines are cut to max_line.
+
+    ``sniff=False`` reads the bytes as they are (a range inside a file already known to be plain).
+    """
+    source: _Readable = _sniff(stream, stats) if sniff else stream
     carry = b""
     skipping = False  # inside the unread tail of a line that was cut
     while True:

@@ -6,12 +6,14 @@ redaction count covers everything that is printed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oomdoctor import __version__, picture
 from oomdoctor.features import primary_failure
-from oomdoctor.gpu.cotenants import GpuView
 from oomdoctor.model import Budget, Diagnosis, Failure, Line
+
+if TYPE_CHECKING:
+    from oomdoctor.gpu.view import GpuView
 
 SCHEMA_VERSION = 1
 MAX_EVIDENCE_TEXT = 400

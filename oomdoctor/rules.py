@@ -6,14 +6,12 @@ runs; a rule set is either entirely valid or refused.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import regex
+from typing import Any, NamedTuple
 
 from oomdoctor.features import FEATURE_DOCS
 from oomdoctor.model import CATEGORIES, Scalar
@@ -56,15 +54,13 @@ _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 PATTERN_TIMEOUT = 0.05
 
 
-@dataclass(frozen=True, slots=True)
-class Condition:
+class Condition(NamedTuple):
     key: str
     op: str  # "truthy" or one of OPS
     operand: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class RulePattern:
+class RulePattern(NamedTuple):
     """A rule's own line pattern; it becomes the feature ``pattern.<rule id>.<name>``."""
 
     rule: str
@@ -87,8 +83,7 @@ class RulePattern:
         return {k: v for k, v in m.groupdict().items() if v is not None}
 
 
-@dataclass(frozen=True, slots=True)
-class FixtureRef:
+class FixtureRef(NamedTuple):
     """A log a rule is tested on, with the GPU snapshot files that go with it (if any)."""
 
     log: Path
@@ -98,8 +93,7 @@ class FixtureRef:
         return str(self.log) + "".join(f" + {s.name}" for s in self.snapshots)
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class Rule(NamedTuple):
     id: str
     category: str
     priority: int
@@ -337,6 +331,8 @@ def _patterns(raw: Any, rid: str, err: Any) -> tuple[RulePattern, ...]:
         if not isinstance(source, str):
             err(f'pattern "{name}": "regex" is required', "regex", "patterns")
             continue
+        import regex  # only rule files with patterns pay for it
+
         try:
             compiled = regex.compile(source)
         except regex.error as exc:
@@ -375,6 +371,8 @@ def _conditions(
                 continue
             op, operand = ops[0], item[ops[0]]
             if op == "matches":
+                import regex
+
                 try:
                     operand = regex.compile(str(operand))
                 except regex.error as exc:
@@ -397,6 +395,12 @@ def _conditions(
     return tuple(out)
 
 
+def _joined(base: Path, relative: str) -> Path:
+    """``base/relative`` with ``..`` folded, without touching the disk (every run loads the rules;
+    only ``rules test`` opens the fixtures)."""
+    return Path(os.path.normpath(base / relative))
+
+
 def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[FixtureRef, ...]:
     """Fixture entries, relative to the rule file: a log path, or a table
     ``{ log = "x.log", snapshot = ["gpu.xml"] }`` for a log diagnosed with a GPU snapshot."""
@@ -407,7 +411,7 @@ def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[Fixtu
     out = []
     for item in raw:
         if isinstance(item, str):
-            out.append(FixtureRef((base / item).resolve()))
+            out.append(FixtureRef(_joined(base, item)))
             continue
         log = item.get("log") if isinstance(item, dict) else None
         snaps = item.get("snapshot", []) if isinstance(item, dict) else None
@@ -424,5 +428,5 @@ def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[Fixtu
                 "fixtures",
             )
             continue
-        out.append(FixtureRef((base / log).resolve(), tuple((base / x).resolve() for x in snaps)))
+        out.append(FixtureRef(_joined(base, log), tuple(_joined(base, x) for x in snaps)))
     return tuple(out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oomdoctor import engine, pipeline
 from oomdoctor.gpu.loaders import load
@@ -11,8 +11,7 @@ from oomdoctor.gpu.snapshot import SnapshotError
 from oomdoctor.rules import FixtureRef, Rule
 
 
-@dataclass(frozen=True, slots=True)
-class RuleCheck:
+class RuleCheck(NamedTuple):
     rule: str
     expect: str  # "fire" or "silent"
     fixture: FixtureRef

@@ -9,7 +9,7 @@ they live here and nowhere else.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oomdoctor.model import Scalar
 from oomdoctor.versions import key
@@ -52,8 +52,7 @@ def _card_key(name: str) -> str:
     return "".join(c for c in name.lower() if c.isalnum())
 
 
-@dataclass(frozen=True, slots=True)
-class Reserve:
+class Reserve(NamedTuple):
     mib: float
     basis: str
 

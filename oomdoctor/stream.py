@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from oomdoctor.extract import Extractor
+from oomdoctor.feed import Feeder
 from oomdoctor.incident import Assembler
 from oomdoctor.kinds import FAILURE_KINDS
 from oomdoctor.model import Fact, Incident, Line
@@ -34,58 +35,59 @@ class StreamParser:
         assembler: Assembler,
         on_crash: Callable[[Line], None] | None = None,
     ) -> None:
-        self._extractor = extractor
         self._assembler = assembler
+        self._scanner = extractor.scanner
+        self._feeder = Feeder(extractor, assembler, 0, self._facts)
         self._on_crash = on_crash
         self._partial: dict[int, _Partial] = {}
-        self.lines = 0
         self.crash: Line | None = None
 
+    @property
+    def lines(self) -> int:
+        return self._feeder.lines
+
     def feed(self, data: bytes, stream: int = 0) -> None:
+        """A chunk of one stream: its complete lines are parsed now, the rest waits."""
         partial = self._partial.setdefault(stream, _Partial())
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                rest = data[start:]
-                if not partial.skipping:
-                    partial.data += rest
-                    if len(partial.data) > MAX_LINE:
-                        self._line(bytes(partial.data[:MAX_LINE]))
-                        partial.data.clear()
-                        partial.skipping = True
-                return
-            piece = data[start:nl]
-            if partial.skipping:
-                partial.skipping = False
-            else:
-                if partial.data:
-                    partial.data += piece
-                    piece = bytes(partial.data)
+        last_nl = data.rfind(b"\n")
+        if last_nl < 0:
+            if not partial.skipping:
+                partial.data += data
+                if len(partial.data) > MAX_LINE:
+                    self._block(bytes(partial.data[:MAX_LINE]) + b"\n")
                     partial.data.clear()
-                self._line(piece)
-            start = nl + 1
+                    partial.skipping = True
+            return
+        head, rest = data[: last_nl + 1], data[last_nl + 1 :]
+        if partial.skipping:
+            head = head[head.find(b"\n") + 1 :]  # the end of a line already cut
+            partial.skipping = False
+        if partial.data:
+            head = bytes(partial.data) + head
+            partial.data.clear()
+        if head:
+            self._block(head)
+        if rest:
+            partial.data += rest
 
     def close(self) -> None:
         """End of input: a last line without a newline still counts."""
         for partial in self._partial.values():
             if partial.data and not partial.skipping:
-                self._line(bytes(partial.data))
+                self._block(bytes(partial.data) + b"\n")
             partial.data.clear()
 
-    def _line(self, raw: bytes) -> None:
-        self.lines += 1
-        if not self._extractor.scanner.matches(raw):
-            return
-        for line, facts in self._extractor.facts(0, [(self.lines, raw)]):
-            self._assembler.feed(line, facts)
-            if self.crash is None and _is_crash(facts):
-                self.crash = line
-                if self._on_crash is not None:
-                    self._on_crash(line)
+    def _block(self, block: bytes) -> None:
+        self._feeder.block(self._scanner.scan(block))
+
+    def _facts(self, line: Line, facts: list[Fact]) -> None:
+        if self.crash is None and _is_crash(facts):
+            self.crash = line
+            if self._on_crash is not None:
+                self._on_crash(line)
 
     def incident(self) -> Incident:
-        self._assembler.lines_read = self.lines
+        self._assembler.lines_read = self._feeder.lines
         return self._assembler.incident()
 
 

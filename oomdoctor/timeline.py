@@ -6,8 +6,8 @@ then covers twice the time), so any log length gives the same small summary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import NamedTuple
 
 MAX_POINTS = 240
 #: A gap longer than this between stats lines is idle time, not time at high usage.
@@ -15,8 +15,7 @@ MAX_STEP_S = 600.0
 HIGH_USAGE = 0.95
 
 
-@dataclass(frozen=True, slots=True)
-class Point:
+class Point(NamedTuple):
     start: str  # timestamp of the first stats line in the bucket
     usage: float  # the highest token usage in the bucket
     running: int
@@ -24,8 +23,7 @@ class Point:
     retractions: int
 
 
-@dataclass(frozen=True, slots=True)
-class Timeline:
+class Timeline(NamedTuple):
     points: tuple[Point, ...] = ()
     first_ts: str | None = None
     last_ts: str | None = None
@@ -42,42 +40,66 @@ class Timeline:
 
 
 def parse_ts(ts: str | None) -> datetime | None:
-    if not ts or len(ts) < 19:
+    """A log timestamp (``2025-01-02 03:04:05``, optional ``T``/fraction/``Z``), or None."""
+    if not ts or len(ts) < 19 or ts[10] not in " T":
         return None
+    digits = ""
+    if ts[19:20] in (".", ","):
+        for char in ts[20:26]:
+            if not char.isdigit():
+                break
+            digits += char
     try:
-        return datetime.strptime(ts[:19], "%Y-%m-%d %H:%M:%S")
+        stamp = datetime.fromisoformat(f"{ts[:10]}T{ts[11:19]}")
     except ValueError:
         return None
+    return stamp.replace(microsecond=int(digits.ljust(6, "0"))) if digits else stamp
 
 
 class TimelineBuilder:
+    """Takes one summary per block of stats lines (see scan.StatsBlock), in log order."""
+
     def __init__(self) -> None:
         self._points: list[Point] = []
-        self._per_bucket = 1  # stats lines per bucket
+        self._per_bucket = 1  # blocks per bucket
         self._in_last = 0
         self._first: datetime | None = None
         self._first_ts: str | None = None
         self._last: datetime | None = None
         self._last_ts: str | None = None
-        self._last_usage: float | None = None
+        self._last_high = False
         self._high = 0.0
         self._peak: float | None = None
         self._retractions = 0
 
-    def stats(self, ts: str | None, usage: float | None, running: int, queued: int) -> None:
-        when = parse_ts(ts)
-        if when is not None:
+    def add_block(
+        self,
+        first_ts: str | None,
+        last_ts: str | None,
+        peak: float | None,
+        high_lines: int,
+        usage_lines: int,
+        running: int = 0,
+        queued: int = 0,
+    ) -> None:
+        """A block's stats lines: time span, highest usage, how many at ≥ HIGH_USAGE."""
+        first, last = parse_ts(first_ts), parse_ts(last_ts)
+        share = high_lines / usage_lines if usage_lines else 0.0
+        if first is not None:
             if self._first is None:
-                self._first, self._first_ts = when, ts
-            if self._last is not None and self._last_usage is not None:
-                step = (when - self._last).total_seconds()
-                if 0 < step <= MAX_STEP_S and self._last_usage >= HIGH_USAGE:
-                    self._high += step
-            self._last, self._last_ts = when, ts
-        if usage is not None:
-            self._last_usage = usage
-            self._peak = usage if self._peak is None else max(self._peak, usage)
-        point = Point(ts or "", usage or 0.0, running, queued, 0)
+                self._first, self._first_ts = first, first_ts
+            if self._last is not None and self._last_high:
+                gap = (first - self._last).total_seconds()
+                if 0 < gap <= MAX_STEP_S:
+                    self._high += gap  # the stretch between blocks, while usage stayed high
+            if last is not None and last >= first:
+                self._high += (last - first).total_seconds() * share
+        if last is not None:
+            self._last, self._last_ts = last, last_ts
+        self._last_high = share >= 0.5
+        if peak is not None:
+            self._peak = peak if self._peak is None else max(self._peak, peak)
+        point = Point(first_ts or "", peak or 0.0, running, queued, 0)
         if self._points and self._in_last < self._per_bucket:
             self._points[-1] = _merge(self._points[-1], point)
             self._in_last += 1
@@ -85,17 +107,22 @@ class TimelineBuilder:
             self._points.append(point)
             self._in_last = 1
         if len(self._points) > MAX_POINTS:
-            self._points = [
-                _merge(a, b) for a, b in zip(self._points[::2], self._points[1::2], strict=False)
-            ] + ([self._points[-1]] if len(self._points) % 2 else [])
+            pairs = zip(self._points[::2], self._points[1::2], strict=False)
+            odd = [self._points[-1]] if len(self._points) % 2 else []
+            self._points = [_merge(x, y) for x, y in pairs] + odd
             self._per_bucket *= 2
             self._in_last = self._per_bucket
+
+    def stats(self, ts: str | None, usage: float | None, running: int, queued: int) -> None:
+        """One stats line on its own (a block of one)."""
+        high = 1 if usage is not None and usage >= HIGH_USAGE else 0
+        self.add_block(ts, ts, usage, high, 1 if usage is not None else 0, running, queued)
 
     def retraction(self) -> None:
         self._retractions += 1
         if self._points:
             last = self._points[-1]
-            self._points[-1] = replace(last, retractions=last.retractions + 1)
+            self._points[-1] = last._replace(retractions=last.retractions + 1)
 
     def build(self) -> Timeline:
         span = (self._last - self._first).total_seconds() if self._first and self._last else None

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from oomdoctor.cli import cli
 from oomdoctor.gpu import nvml
-from oomdoctor.gpu.snapshot import Snapshot, Unavailable
+from oomdoctor.gpu.snapshot import Snapshot
+from oomdoctor.gpu.view import Unavailable
 from tests import fake_nvml
 from tests.fake_nvml import FakeGpu
 
@@ -157,3 +158,35 @@ def test_live_snapshot_is_used_by_diagnose(monkeypatch: pytest.MonkeyPatch) -> N
     result = CliRunner().invoke(cli, ["diagnose", str(log), "--format", "json", "--no-gpu"])
     gpu = json.loads(result.stdout)["gpu"]
     assert not gpu["available"] and "--no-gpu" in gpu["reason"]
+
+
+def test_without_a_driver_library_pynvml_is_not_even_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A laptop reading a log copied off the GPU host: no libnvidia-ml, no pynvml import."""
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    monkeypatch.setattr(nvml, "_import", _must_not_import)
+    monkeypatch.setattr(sys, "platform", "linux")
+    import ctypes
+
+    def no_library(name: str) -> None:
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    state = nvml.take()
+    assert isinstance(state, Unavailable)
+    assert "libnvidia-ml.so.1 cannot be loaded" in state.reason
+    assert state.hint and "--snapshot" in state.hint
+
+
+def test_precheck_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    monkeypatch.setenv("OOMDOCTOR_NVML_PRECHECK", "0")
+    monkeypatch.setattr(nvml, "_import", lambda: fake_nvml.make(_two_gpus()))
+    state = nvml.take()
+    assert not isinstance(state, Unavailable)
+    assert len(state.devices) == 2
+
+
+def _must_not_import() -> None:
+    raise AssertionError("pynvml was imported although the driver library is missing")

@@ -23,6 +23,7 @@ CLEAN = str(FIXTURES / "sglang-0.5.23" / "healthy-startup.log")
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ, **extra)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "fakes"), env.get("PYTHONPATH", "")])
+    env["OOMDOCTOR_NVML_PRECHECK"] = "0"  # the fake pynvml needs no driver library
     return env
 
 

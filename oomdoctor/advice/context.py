@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.features import Feature
-from oomdoctor.gpu.cotenants import GpuView
 from oomdoctor.model import Budget, Failure, Incident
 from oomdoctor.versions import at_least, at_most
+
+if TYPE_CHECKING:
+    from oomdoctor.gpu.view import GpuView
 
 #: The dynamic share is planned with this much room beyond the failed allocation: the OOM shows
 #: only the last allocation of a peak; more of similar size usually follow it in the same forward,
@@ -19,8 +21,7 @@ MARGIN_MIN_GIB = 1.0
 RAISE_MARGIN = 0.02
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
     incident: Incident
     budget: Budget
     primary: Failure | None

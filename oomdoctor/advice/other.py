@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from oomdoctor import holders
 from oomdoctor.advice.context import Context
 from oomdoctor.advice.fraction import lower_action, raise_fraction
@@ -99,7 +97,7 @@ def free_gpu(ctx: Context) -> list[Action]:
         sized = raise_fraction(ctx) if startup else lower_action(ctx, "activations next to it")
         if sized and sized[0].flag:
             first = sized[0]
-            out.append(replace(first, text="If the other process must stay — " + first.text))
+            out.append(first._replace(text="If the other process must stay — " + first.text))
     if not out:
         out.append(
             Action(

@@ -13,54 +13,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 
 from oomdoctor import holders
 from oomdoctor.budget import CONTEXT_OVERHEAD_GIB
-from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot, Unavailable
+from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot
+from oomdoctor.gpu.view import GpuHolder, GpuView
 from oomdoctor.model import Budget, Failure, Incident
 from oomdoctor.normalise import rank_numbers
 
 #: A snapshot this far from the log's last line may show a different set of holders.
 STALE_AFTER_S = 15 * 60
 _SERVER_NAME = re.compile(r"^sglang::|sglang\.launch_server|sglang/launch_server|sglang\.srt")
-
-
-@dataclass(frozen=True, slots=True)
-class GpuHolder:
-    pid: int
-    device: Device | None
-    gib: float | None  # None: the driver does not say (MIG)
-    name: str | None  # None: not visible from where the snapshot was taken
-    role: str  # "server", "sibling", "foreign"
-    why: str
-    kv_cost_gib: float | None = None
-    present_at_start: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GpuView:
-    snapshot: Snapshot | None
-    unavailable: Unavailable | None
-    server_devices: tuple[Device, ...] = ()
-    failing_device: Device | None = None
-    holders: tuple[GpuHolder, ...] = ()
-    unattributed: tuple[tuple[Device, float], ...] = ()  # (device, GiB no process accounts for)
-    mapping: str | None = None  # how the server's GPUs were found
-    gap_s: float | None = None  # snapshot time − the log's last timestamp
-    notes: tuple[str, ...] = ()
-
-    @property
-    def foreign(self) -> tuple[GpuHolder, ...]:
-        return tuple(h for h in self.holders if h.role == "foreign")
-
-
-def unavailable(reason: Unavailable) -> GpuView:
-    note = f"GPU state not available: {reason.reason}" + (
-        f" ({reason.hint})" if reason.hint else ""
-    )
-    return GpuView(snapshot=None, unavailable=reason, notes=(note,))
 
 
 def _server_pids(incident: Incident) -> set[int]:

@@ -9,7 +9,8 @@ import subprocess
 from datetime import datetime
 
 from oomdoctor.gpu.loaders import parse_xml
-from oomdoctor.gpu.snapshot import Snapshot, SnapshotError, Unavailable
+from oomdoctor.gpu.snapshot import Snapshot, SnapshotError
+from oomdoctor.gpu.view import Unavailable
 
 TIMEOUT_S = 30
 

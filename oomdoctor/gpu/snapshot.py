@@ -7,7 +7,7 @@ memory is unknown, and a process in another PID namespace has no name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 SCHEMA = "oomdoctor-snapshot"
@@ -88,15 +88,6 @@ def norm_bus_id(bus: str | None) -> str | None:
         parts[0] = parts[0][-8:].rjust(8, "0")
         return ":".join(parts)
     return bus
-
-
-@dataclass(frozen=True, slots=True)
-class Unavailable:
-    """Why no snapshot could be taken or loaded (a value, not an exception)."""
-
-    reason: str
-    hint: str | None = None
-    details: tuple[str, ...] = field(default_factory=tuple)
 
 
 def to_json(snap: Snapshot) -> dict[str, Any]:

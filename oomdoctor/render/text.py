@@ -96,13 +96,14 @@ def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
 
 def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str:
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
     buf = io.StringIO()
-    console = Console(
+    console = Console(  # every setting given: rich then never probes the terminal or environment
         file=buf,
         width=width,
+        height=50,
+        force_terminal=color,
         color_system="standard" if color else None,
         no_color=not color,
         highlight=False,
@@ -129,9 +130,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     console.print()
 
     b = report["budget"]
-    table = Table(title=None, show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("memory budget" + (f" ({b['rank']})" if b.get("rank") else ""))
-    table.add_column("value", justify="right")
+    title = "memory budget" + (f" ({b['rank']})" if b.get("rank") else "")
     rows = [
         ("free before weights (pre)", _gib(b["pre_gib"])),
         ("free after weights (post)", _gib(b["post_gib"])),
@@ -152,9 +151,12 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
             + (" (empty)" if b.get("window_empty") else ""),
         ),
     ]
+    # Two aligned columns; plain text rather than rich.table, which costs start-up time.
+    left = max(len(title), *(len(name) for name, _ in rows))
+    right = max(len("value"), *(len(value) for _, value in rows))
+    console.print(Text(f"{title:<{left}}  {'value':>{right}}", style="bold"))
     for name, value in rows:
-        table.add_row(Text(name), Text(value))
-    console.print(table)
+        console.print(Text(f"{name:<{left}}  {value:>{right}}"))
     console.print()
 
     _picture(console, report.get("picture"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from oomdoctor.model import Scalar
 
@@ -35,14 +36,20 @@ class Signature:
 
     ``anchors`` are literal substrings; a line is only matched against ``pattern`` when it
     contains one of them, which lets one fast scan find every candidate line of a large log.
-    ``build`` turns the match into the fact's data; returning None rejects the match.
+    ``build`` turns the match into the fact's data; returning None rejects the match. The regex
+    is compiled the first time an anchor hits (most never do, and start-up time matters).
     """
 
     kind: str
     anchors: tuple[str, ...]
-    pattern: re.Pattern[str]
+    source: str
+    flags: int = 0
     build: Builder = groups
     description: str = ""
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self.source, self.flags)
 
 
 def sig(
@@ -56,7 +63,8 @@ def sig(
     return Signature(
         kind=kind,
         anchors=(anchors,) if isinstance(anchors, str) else anchors,
-        pattern=re.compile(pattern, flags),
+        source=pattern,
+        flags=flags,
         build=build,
         description=description,
     )
