@@ -142,3 +142,52 @@ def test_a_giant_line_inside_a_worker_range_is_cut_like_the_sequential_reader(
     assert _summary(forked) == _summary(sequential)
     assert any("longer than 1 MiB were cut" in n for n in forked.notices)
     assert forked.notices == sequential.notices
+
+
+STATS_RULE = """
+id = "busy-decode"
+category = "not_oom"
+priority = 1
+confidence = 0.1
+title = "decode batches seen"
+advice = "none"
+
+[docs]
+what = "x"
+why = "x"
+remedy = "x"
+false_positives = ["x"]
+references = ["x"]
+
+[[patterns]]
+name = "decode"
+anchor = "{anchor}"
+regex = "Decode batch, #running-req: (?P<n>\\\\d+)"
+
+[when]
+all = ["pattern.busy-decode.decode"]
+
+[fixtures]
+fire = ["a.log"]
+silent = ["a.log"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("anchor", "every_line"), [("#running-req", True), ("Decode batch", False)]
+)
+def test_what_a_user_pattern_on_stats_lines_sees(
+    served_log: Path, tmp_path: Path, anchor: str, every_line: bool
+) -> None:
+    """As the README says: anchored on the stats head, only some stats lines reach a pattern;
+    anchored on another literal of the line, every one does."""
+    (tmp_path / "busy.toml").write_text(STATS_RULE.format(anchor=anchor))
+    (tmp_path / "a.log").write_text("")
+    rules = pipeline.load_rules([tmp_path])
+    incident = pipeline.read([str(served_log)], rules)
+    seen = incident.fact_counts.get("pattern:busy-decode.decode", 0)
+    decode_lines = _naive(served_log)["decode"]
+    if every_line:
+        assert seen == decode_lines
+    else:
+        assert 0 < seen < decode_lines
