@@ -65,28 +65,31 @@ def open_source(name: str, stdin: BinaryIO | None = None) -> BinaryIO:
 
 
 class _Transform(io.RawIOBase):
-    """A raw stream that transforms another chunk by chunk (subclasses define ``_convert``)."""
+    """A raw stream that transforms another piece by piece (subclasses define ``_produce``).
+
+    Output is handed out from an offset into the current piece, never by re-slicing it, and each
+    piece is at most about BLOCK_SIZE, so memory stays flat whatever the expansion ratio.
+    """
 
     def __init__(self, raw: _Readable) -> None:
         self._raw = raw
         self._pending = b""
+        self._pos = 0
         self._done = False
 
     def readable(self) -> bool:
         return True
 
-    def _convert(self, chunk: bytes) -> bytes:
-        """Output for the next input chunk; ``b""`` input means the end of the input."""
+    def _produce(self) -> bytes:
+        """The next piece of output; set ``self._done`` when the input is exhausted."""
         raise NotImplementedError
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        while not self._pending and not self._done:
-            chunk = self._raw.read(BLOCK_SIZE)
-            self._done = not chunk
-            self._pending = self._convert(chunk)
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
+        while self._pos >= len(self._pending) and not self._done:
+            self._pending, self._pos = self._produce(), 0
+        n = min(len(buffer), len(self._pending) - self._pos)
+        buffer[:n] = memoryview(self._pending)[self._pos : self._pos + n]
+        self._pos += n
         return n
 
 
@@ -97,7 +100,9 @@ class _Utf16ToUtf8(_Transform):
         super().__init__(raw)
         self._decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
 
-    def _convert(self, chunk: bytes) -> bytes:
+    def _produce(self) -> bytes:
+        chunk = self._raw.read(BLOCK_SIZE // 2)
+        self._done = not chunk
         return self._decoder.decode(chunk, final=not chunk).encode("utf-8", "replace")
 
 
@@ -105,28 +110,35 @@ class _Gunzip(_Transform):
     """Incremental gzip decoding that keeps every byte decoded before a truncation or error.
 
     (``gzip.GzipFile.read`` discards the partial output of the call that hits a cut stream.)
-    Concatenated gzip members are decoded one after another.
+    Concatenated gzip members are decoded one after another. Each call inflates at most
+    BLOCK_SIZE bytes (a 1 MiB compressed chunk of a log can hold 10–20 MiB of text).
     """
 
     def __init__(self, raw: _Readable, stats: ReadStats) -> None:
         super().__init__(raw)
         self._stats = stats
         self._z = zlib.decompressobj(31)
+        self._input = b""  # compressed bytes not yet fed to zlib
 
-    def _convert(self, chunk: bytes) -> bytes:
-        if not chunk:
-            self._stats.gzip_truncated = not self._z.eof
-            return b""
+    def _produce(self) -> bytes:
+        if not self._input:
+            self._input = self._raw.read(BLOCK_SIZE)
+            if not self._input:
+                self._stats.gzip_truncated = not self._z.eof
+                self._done = True
+                return b""
         try:
-            out = self._z.decompress(chunk)
-            while self._z.eof and self._z.unused_data:  # the next member
-                rest = self._z.unused_data
-                self._z = zlib.decompressobj(31)
-                out += self._z.decompress(rest)
+            out = self._z.decompress(self._input, BLOCK_SIZE)
         except zlib.error as exc:
             self._stats.read_error = f"corrupt gzip data: {exc}"
             self._done = True
             return b""
+        self._input = self._z.unconsumed_tail
+        if self._z.eof:
+            rest = self._z.unused_data + self._input
+            self._input = rest
+            if rest:  # the next member
+                self._z = zlib.decompressobj(31)
         return out
 
 
