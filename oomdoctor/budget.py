@@ -54,7 +54,11 @@ def snap_bytes_per_token(kv_gib: float, tokens: int, printed_error_gib: float = 
         (kv_gib - printed_error_gib) * GIB / tokens,
         (kv_gib + printed_error_gib) * GIB / tokens,
     )
-    low, high = min(ends), max(ends)
+    return snap_between(min(ends), max(ends), central)
+
+
+def snap_between(low: float, high: float, central: float) -> int:
+    """The value in [low, high] divisible by the highest power of two (else ``central``)."""
     for power in range(20, 3, -1):
         step = 1 << power
         candidate = round(central / step) * step
@@ -66,6 +70,10 @@ def snap_bytes_per_token(kv_gib: float, tokens: int, printed_error_gib: float = 
 class Fraction(NamedTuple):
     value: float
     source: str
+    #: SGLang multiplies whatever --mem-fraction-static says by this (0.3.6/0.4.6 multimodal,
+    #: AMD aiter): a value to pass is the wanted y divided by it.
+    factor: float = 1.0
+    factor_why: str | None = None
 
 
 def fraction(incident: Incident) -> Fraction | None:
@@ -81,6 +89,13 @@ def fraction(incident: Incident) -> Fraction | None:
             if isinstance(fy, float) and 0 < fy <= 1:
                 found = Fraction(fy, "the error message")
                 break
+    if found is None:  # a launch command echoed into the log (`+ exec ... --mem-fraction-static`)
+        flags = [f for f in incident.facts_of("launch_flag") if 0 < (f.num("y") or 0) <= 1]
+        # Several Omni stages: the thinker's own flag, else the one that applies to every stage.
+        preferred = [f for f in flags if f.text("stage") in ("thinker", None)]
+        chosen = flags[0] if len(flags) == 1 else (preferred[0] if preferred else None)
+        if chosen is not None:
+            found = Fraction(float(chosen.num("y") or 0), "the launch command")
     if found is None:
         for fact in incident.facts_of("omni_stage"):
             fy = fact.num("mem_fraction_static")
@@ -88,11 +103,106 @@ def fraction(incident: Incident) -> Fraction | None:
                 found = Fraction(fy, "the Omni stage line")
     for fact in incident.facts_of("mm_fraction_adjust"):
         to = fact.num("to") or fact.num("to2")
-        if to is not None:
-            found = Fraction(to, "the multimodal adjustment line")
+        if to is not None and not (found is not None and abs(found.value - to) < 0.0006):
+            # 0.4.10 prints server_args after the adjustment, unrounded: keep that when it agrees.
+            # 0.4.6 ("reduce ... to X") multiplies even a value the user passed by 0.90.
+            if fact.num("to") is not None and found is not None and found.source == "server_args":
+                factor = round(to / found.value, 2)
+                found = Fraction(to, "the multimodal adjustment line", factor, "0.4.6 multimodal")
+            else:
+                found = Fraction(to, "the multimodal adjustment line")
         elif found is not None and "adjust --mem-fraction-static for multimodal" in fact.line.text:
-            found = Fraction(round(found.value * 0.95, 4), "server_args × 0.95 (0.3.6 multimodal)")
+            found = Fraction(
+                round(found.value * 0.95, 4),
+                "server_args × 0.95 (0.3.6 multimodal)",
+                0.95,
+                "0.3.6 multimodal",
+            )
+    if found is not None and found.source == "server_args":
+        found = _silent_factor(incident, found) or found
+    if found is None:
+        found = _from_kv_line(incident)
     return found
+
+
+def _from_kv_line(incident: Incident) -> Fraction | None:
+    """No line prints y: the rank that printed pre, post and its KV pool says what y was."""
+    for r in incident.ranks:
+        if r.pre is None or r.post is None or r.kv_logged is None or r.pre.value <= 0:
+            continue
+        y = 1.0 - (r.post.value - r.kv_logged.value - _mm_reserve(incident)) / r.pre.value
+        if 0 < y < 1:
+            return Fraction(round(y, 3), "derived from the KV line: 1 − (post − KV)/pre")
+    return None
+
+
+#: Factors SGLang applies after printing server_args (reference §2.1): multimodal models ×0.95
+#: (0.3.6) and ×0.90 (0.4.6), AMD aiter with long contexts ×0.85 (0.4.10–0.5.2).
+_SILENT_FACTORS = ((0.90, "0.4.6 multimodal"), (0.95, "0.3.6 multimodal"), (0.85, "AMD aiter"))
+
+
+def _silent_factor(incident: Incident, printed: Fraction) -> Fraction | None:
+    """The fraction really used when the KV line only fits a known post-print factor.
+
+    y in effect = 1 − (post − KV logged)/pre on the rank that printed all three; when that equals
+    printed × factor (to within the rounding of the printed GB), SGLang applied the factor even
+    though no line said so (an excerpt that starts after the adjustment line, or a silent one).
+    """
+    for r in incident.ranks:
+        if r.pre is None or r.post is None or r.kv_logged is None or r.pre.value <= 0:
+            continue
+        reserve = _mm_reserve(incident)
+        y_used = 1.0 - (r.post.value - r.kv_logged.value - reserve) / r.pre.value
+        if abs(y_used - printed.value) < 0.004:
+            return None  # the printed value is the one used
+        for factor, why in _SILENT_FACTORS:
+            if abs(y_used - printed.value * factor) < 0.004:
+                return Fraction(
+                    round(printed.value * factor, 4),
+                    f"server_args × {factor} ({why}; the KV line fits only this value)",
+                    factor,
+                    why,
+                )
+        return None
+    return None
+
+
+def _omni_colocated_kv(incident: Incident, primary: Failure | None) -> tuple[float, str] | None:
+    """SGLang Omni with a stage budget replaces SGLang's formula for the thinker (§6.2):
+    KV = int(total × total_gpu_memory_fraction) − what the stage process already holds."""
+    if incident.engine != "sglang-omni":
+        return None
+    data = primary.data if primary is not None else {}
+    total, fraction, used = data.get("total"), data.get("fraction"), data.get("used")
+    if isinstance(total, float) and isinstance(fraction, float) and isinstance(used, float):
+        budget = int(total * GIB * fraction) / GIB
+        return budget - used, (
+            f"Omni's colocated budget sized the thinker's KV pool: int({total:.2f} × {fraction:.3f}) "
+            f"− {used:.2f} GiB held by the stage = {budget - used:.2f} GiB (SGLang's own formula "
+            "does not apply with a stage budget)"
+        )
+    thinker = [f for f in incident.facts_of("omni_stage") if f.text("stage") == "thinker"]
+    stage_fraction = next(
+        (f.num("total_gpu_memory_fraction") for f in thinker if f.num("total_gpu_memory_fraction")),
+        None,
+    )
+    for fact in incident.facts_of("omni_memory_profile"):
+        available = fact.num("available_for_kv")
+        if (
+            available is not None
+            and stage_fraction is not None
+            and fact.num("total_gpu_memory_fraction") == stage_fraction
+        ):
+            return available, (
+                "Omni's colocated budget sized the thinker's KV pool: available_for_kv = "
+                f"{available:.2f} GiB (int(total × {stage_fraction:.3f}) − what the stage holds)"
+            )
+    return None
+
+
+def _mm_reserve(incident: Incident) -> float:
+    """0.5.23: GB of the KV budget set aside for multimodal allocations made after sizing."""
+    return max((f.num("gb") or 0.0 for f in incident.facts_of("mm_kv_reserve")), default=0.0)
 
 
 def _rank_budget(r: RankMemory, y: float | None) -> RankBudget:
@@ -107,8 +217,17 @@ def _rank_budget(r: RankMemory, y: float | None) -> RankBudget:
     return RankBudget(r.rank, pre, post, weights, kv)
 
 
-def build(incident: Incident, primary: Failure | None) -> Budget:
-    """Rebuild the budget; ``primary`` is the failure being diagnosed (for measured reserves)."""
+def build(
+    incident: Incident, primary: Failure | None, capacity_hint: float | None = None
+) -> Budget:
+    """Rebuild the budget; ``primary`` is the failure being diagnosed (for measured reserves).
+
+    ``capacity_hint`` is the GPU's total memory from a snapshot, for logs that do not print it
+    (vLLM V1 at INFO)."""
+    if incident.engine == "vllm":
+        from oomdoctor import vllm_budget
+
+        return vllm_budget.build(incident, primary, capacity_hint)
     notices: list[str] = []
     frac = fraction(incident)
     y = frac.value if frac else None
@@ -167,8 +286,20 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
         static, dynamic = y * pre, (1.0 - y) * pre
     if None not in (y, pre, post):
         kv = kv_at(y, pre, post)  # type: ignore[arg-type]
+        colocated = _omni_colocated_kv(incident, primary)
+        if colocated is not None:
+            kv, note = colocated
+            notices.append(note)
+        mm_reserve = _mm_reserve(incident)
+        if mm_reserve:
+            kv -= mm_reserve
+            notices.append(
+                f"SGLang reserved {mm_reserve:.2f} GB of the KV budget for multimodal allocations "
+                "made after sizing (embedding cache, feature transport): KV = post − (1 − y)·pre − "
+                f"{mm_reserve:.2f}"
+            )
     if pre is not None and post is not None and pre > 0:
-        y_zero = 1.0 - post / pre
+        y_zero = 1.0 - (post - _mm_reserve(incident)) / pre
     if bpt is None and kv is not None and kv < 0:
         bpt = _bpt_from_negative_profile(incident, kv)
     if kv is not None and kv_logged is not None and kv_logged > kv + 0.15:
@@ -246,12 +377,15 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
     window_empty = (y_min > y_max) if y_min is not None and y_max is not None else None
 
     return Budget(
+        kv_reserve_gib=_mm_reserve(incident),
         rank=tight_label or (tight.rank if tight and tight.rank != "-" else None),
         pre_gib=pre,
         post_gib=post,
         weights_gib=weights,
         mem_fraction_static=y,
         mem_fraction_source=frac.source if frac else None,
+        fraction_factor=frac.factor if frac else 1.0,
+        fraction_factor_why=frac.factor_why if frac else None,
         static_gib=static,
         dynamic_gib=dynamic,
         kv_gib=kv,

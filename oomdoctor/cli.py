@@ -57,7 +57,7 @@ def _write(text: str, output: str | None) -> None:
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
-    """Why did the SGLang server run out of GPU memory, and what should change?
+    """Why did the SGLang (or vLLM) server run out of GPU memory, and what should change?
 
     Exit codes: 0 no OOM found, 1 an OOM was diagnosed, 2 usage error,
     3 unreadable input or invalid rule files, 70 internal error.
@@ -113,6 +113,13 @@ def cli(ctx: click.Context, debug: bool) -> None:
     is_flag=True,
     help="With --follow: copy the input to stdout unchanged (report to stderr).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "sglang", "vllm"]),
+    default="auto",
+    show_default=True,
+    help="The server that wrote the log (auto: detected from the log).",
+)
 def diagnose(
     logs: tuple[str, ...],
     fmt: str,
@@ -126,6 +133,7 @@ def diagnose(
     svg: str | None,
     follow: bool,
     tee: bool,
+    engine: str,
 ) -> None:
     """Diagnose one incident from LOG files (several = one incident, e.g. one per rank).
 
@@ -166,6 +174,7 @@ def diagnose(
             cuda_visible_devices,
             svg,
             tee,
+            engine,
         )
     from oomdoctor import progress
 
@@ -179,6 +188,7 @@ def diagnose(
             progress=bar,
             gpu=gpu,
             cuda_visible_devices=cuda_visible_devices,
+            engine_override=None if engine == "auto" else engine,
         )
     except InputError as exc:
         _fail(str(exc), "give a readable log file, a .gz file, or - for standard input")
@@ -266,6 +276,7 @@ def _follow(
     cuda_visible_devices: str | None,
     svg: str | None,
     tee: bool,
+    engine: str = "auto",
 ) -> None:
     """`diagnose --follow -`: parse a pipe as it flows, snapshot at the crash, report at EOF."""
     from oomdoctor import pipeline
@@ -288,7 +299,9 @@ def _follow(
     parser.close()
     capture.wait()
     gpu = _after_capture(capture, snapshots, no_gpu)
-    diagnosis = pipeline.diagnose(parser.incident(), rules, gpu, cuda_visible_devices)
+    diagnosis = pipeline.diagnose(
+        parser.incident(), rules, gpu, cuda_visible_devices, None if engine == "auto" else engine
+    )
     diagnosis = diagnosis._replace(capture=_capture_fields(capture))
     _emit(diagnosis, fmt, output, no_redact, svg, sys.stderr if tee else sys.stdout)
     oom = diagnosis.verdict.category in OOM_CATEGORIES

@@ -31,7 +31,7 @@ class Feature(NamedTuple):
 
 
 FEATURE_DOCS: Mapping[str, str] = {
-    "engine": "sglang, sglang-omni or null",
+    "engine": "sglang, sglang-omni, vllm or null",
     "ready": "the server printed `fired up and ready to roll`",
     "failure.present": "the log shows a failure of any kind",
     "failure.kind": "kind of the diagnosed failure (cuda_oom, startup_kv_error, ...)",
@@ -82,6 +82,12 @@ FEATURE_DOCS: Mapping[str, str] = {
     "budget.kv_negative": "that KV figure is ≤ 0",
     "budget.window_empty": "no --mem-fraction-static satisfies both KV need and runtime reserve",
     "budget.weights_share": "weights / pre",
+    "vllm.cotenant_check": "vLLM's own check saw memory held or released by another process "
+    "(free memory below the requested utilization at startup, or free memory that changed "
+    "during profiling)",
+    "vllm.profile_run_oom": "the OOM happened in vLLM's startup profile run (before the KV cache)",
+    "vllm.mm_profile": "vLLM profiled a multimodal encoder (dummy images/videos/audio)",
+    "vllm.preemptions": "requests vLLM preempted for lack of KV cache space",
     "fact.<kind>": "how many facts of a kind were seen (e.g. fact.retraction)",
     "pattern.<rule id>.<name>": "how many lines a rule's own pattern matched",
 }
@@ -218,6 +224,8 @@ def compute(
     below = incident.facts_of("kv_below_context")
     put("kv.below_context", bool(below), *(r.line for r in below[:1]))
 
+    _vllm_features(put, incident, primary)
+
     b_lines = _budget_lines(incident)
     put("budget.kv_gib", budget.kv_gib, *b_lines)
     put("budget.kv_negative", budget.kv_gib is not None and budget.kv_gib <= 0, *b_lines)
@@ -347,6 +355,36 @@ def _gpu_features(
         "cotenant.start_gap_explains",
         gap_explains,
         *(_budget_lines(incident)[1:2] if gap_explains else ()),
+    )
+
+
+#: Frames and texts of vLLM's startup profile run (the dummy forward that sizes the KV cache).
+_PROFILE_RUN = re.compile(
+    r"determine_num_available_blocks|determine_available_memory|profile_run|_dummy_run"
+    r"|_dummy_sampler_run|profile_num_available_blocks"
+)
+
+
+def _vllm_features(put: _Builder, incident: Incident, primary: Failure | None) -> None:
+    kind = primary.kind if primary else None
+    where = primary.line if primary else None
+    check = kind in ("startup_free_memory", "profiling_free_changed")
+    put("vllm.cotenant_check", check, where if check else None)
+    mm = incident.facts_of("vllm_mm_profile")
+    put("vllm.mm_profile", bool(mm), *(m.line for m in mm[:1]))
+    in_profile = False
+    if primary is not None and primary.oom is not None and incident.engine == "vllm":
+        texts = [primary.line.text, *(f"{fr.path}:{fr.func}" for fr in primary.frames)]
+        kv_lines = [f for f in incident.facts_of("vllm_kv") if f.line.seq < primary.line.seq]
+        in_profile = any(_PROFILE_RUN.search(t) for t in texts) or (
+            primary.phase == "startup" and not kv_lines and bool(mm)
+        )
+    put("vllm.profile_run_oom", in_profile, where if in_profile else None)
+    preempted = [f for f in incident.facts_of("retraction") if f.data.get("mode")]
+    put(
+        "vllm.preemptions",
+        incident.stats.retractions if preempted else 0,
+        *(p.line for p in preempted[:2]),
     )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from oomdoctor import pytorch_oom, sites
-from oomdoctor.kinds import BARE_OOM_FORMS, FAILURE_KINDS, OOM_KINDS
+from oomdoctor.kinds import BARE_OOM_FORMS, FAILURE_KINDS, OOM_KINDS, STARTUP_KINDS
 from oomdoctor.model import (
     Fact,
     Failure,
@@ -25,7 +25,7 @@ from oomdoctor.model import (
     StatsSummary,
 )
 from oomdoctor.scan import StatsBlock
-from oomdoctor.signatures.startup import parse_server_args
+from oomdoctor.signatures.startup import parse_pairs, parse_server_args
 from oomdoctor.timeline import TimelineBuilder
 from oomdoctor.versions import VersionTracker
 
@@ -81,6 +81,7 @@ class _Stream:
     open_oom: _FailureBuilder | None = None
     open_oom_line: int = 0
     last_failure: _FailureBuilder | None = None
+    frame_line: int = -1  # line number of the last `File "...", line N, in f` frame
 
 
 @dataclass
@@ -163,6 +164,12 @@ class Assembler:
         else:
             self._versions.observe(line)
         stream = self._streams.setdefault((line.source, line.actor_pid), _Stream())
+        if "frame" in kinds:
+            stream.frame_line = line.number
+        elif line.number == stream.frame_line + 1 and line.text[:1].isspace():
+            # The source line a traceback prints under its frame: `raise ValueError("No
+            # available memory ...")` repeats the message's words but is code, not a message.
+            return
         if "graph_capture_failed" in kinds:
             stream.capture_failed = True  # an OOM on this very line happened during capture
         if stream.open_oom is not None and "oom_part" in kinds and "cuda_oom" not in kinds:
@@ -170,7 +177,8 @@ class Assembler:
             return
         if stream.open_oom is not None:
             self._close_oom(stream)
-        for fact in facts:
+        # The exception line closes its traceback: failures on the same line must see the frames.
+        for fact in sorted(facts, key=lambda f: f.kind == "exception"):
             self._fact(stream, fact, kinds)
 
     def _keep(self, fact: Fact) -> None:
@@ -221,6 +229,8 @@ class Assembler:
             "frame": self._frame,
             "warmup_failed": self._warmup,
             "logical_kv_detail": self._logical_detail,
+            "vllm_config": self._vllm_config,
+            "vllm_ready": self._vllm_ready,
         }
 
     def _summary(self, stream: _Stream, fact: Fact) -> None:
@@ -274,6 +284,34 @@ class Assembler:
         launch.server_args = parsed
         launch.server_args_line = fact.line
         self._keep(fact)
+
+    def _vllm_config(self, stream: _Stream, fact: Fact) -> None:
+        """vLLM's `args: Namespace(...)`, `non-default args: {...}` and engine config lines."""
+        launch = self._launch
+        if launch.failures and fact.num("batched") is None:  # the engine is started again
+            self._failed_launch = launch
+            self._launch = launch = _Launch()
+            self._launches += 1
+        body = fact.text("ns") or fact.text("dict") or fact.text("config") or ""
+        parsed = parse_pairs(body)
+        resolved = parsed.pop("max_seq_len", None)  # the config line prints the resolved value
+        if isinstance(resolved, int):
+            parsed["max_model_len"] = resolved
+        for key, value in parsed.items():
+            if value is not None or key not in launch.server_args:
+                launch.server_args[key] = value
+        if fact.text("version"):
+            launch.server_args["vllm_version"] = fact.text("version")
+        if fact.text("dict") is not None:
+            launch.server_args.setdefault("_vllm_non_default_args", True)
+        batched = fact.num("batched")
+        if batched is not None:  # the scheduler's resolved value
+            launch.server_args["max_num_batched_tokens"] = int(batched)
+        if body:
+            launch.server_args_line = launch.server_args_line or fact.line
+
+    def _vllm_ready(self, stream: _Stream, fact: Fact) -> None:
+        self._launch.initialised = self._launch.initialised or fact.line
 
     # -- checkpoints ------------------------------------------------------------------------
 
@@ -377,6 +415,8 @@ class Assembler:
             return "running"
         if launch.started_loading or launch.server_args_line is not None:
             return "startup"
+        if any(k in launch.counts for k in ("vllm_weights", "vllm_profile", "vllm_mm_profile")):
+            return "startup"  # a vLLM excerpt that starts in the middle of loading
         return "unknown"
 
     def _site(self, frames: tuple[Frame, ...], line: Line, phase: str, kind: str) -> str:
@@ -385,8 +425,8 @@ class Assembler:
             return site
         if kind == "graph_capture_failed":
             return "graph_capture"
-        if phase != "startup":
-            return "unknown"
+        if phase != "startup" or any(k in self._launch.counts for k in _VLLM_KINDS):
+            return "unknown"  # vLLM has no SGLang checkpoints to place a startup failure by
         state = self._rank_state(line)
         last = state.last_checkpoint if state else None
         return {
@@ -415,7 +455,7 @@ class Assembler:
             ):
                 last.site = "graph_capture"  # 0.5.23 names the prefill runner after the OOM
                 return
-        phase = self._phase(stream, line)
+        phase = "startup" if kind in STARTUP_KINDS else self._phase(stream, line)
         site = self._site(frames, line, phase, kind)
         if stream.capture_failed and kind != "graph_capture_failed":
             site = "graph_capture"
@@ -530,6 +570,8 @@ class Assembler:
         )
 
     def _engine(self, launch: _Launch) -> str | None:
+        if any(kind in launch.counts for kind in _VLLM_KINDS):
+            return "vllm"
         if "omni_stage" in launch.counts or "omni_stage_group" in launch.counts:
             return "sglang-omni"
         if "omni_compute_failed" in launch.counts:
@@ -539,6 +581,20 @@ class Assembler:
         if launch.server_args_line or launch.ranks or launch.counts.get("stats"):
             return "sglang"
         return None
+
+
+#: Facts only vLLM prints: one of them makes the log a vLLM log.
+_VLLM_KINDS = (
+    "vllm_config",
+    "vllm_weights",
+    "vllm_profile",
+    "vllm_kv",
+    "vllm_graph",
+    "vllm_mm_profile",
+    "vllm_ready",
+    "startup_free_memory",
+    "profiling_free_changed",
+)
 
 
 def _redundant(kind: str, kinds: set[str]) -> bool:

@@ -23,9 +23,24 @@ MEMORY_KINDS: frozenset[str] = OOM_KINDS | {
     "host_oom_kill",
     "host_alloc_failure",
     "stage_load_negative",
+    "startup_free_memory",
+    "profiling_free_changed",
 }
 #: Failures that usually follow another one (a peer stuck in NCCL, a dead child).
 CONSEQUENCE_KINDS: frozenset[str] = frozenset({"watchdog", "child_died"})
 
 #: Every fact kind that is a failure of its own (everything else is context).
-FAILURE_KINDS: frozenset[str] = MEMORY_KINDS | CONSEQUENCE_KINDS | {"gpu_fault"}
+FAILURE_KINDS: frozenset[str] = MEMORY_KINDS | CONSEQUENCE_KINDS | {"gpu_fault", "omni_placement"}
+
+#: Failures that can only happen while the server starts (whatever other lines say).
+STARTUP_KINDS: frozenset[str] = frozenset(
+    {
+        "startup_kv_error",
+        "negative_profile",
+        "tp_imbalance",
+        "stage_load_negative",
+        "startup_free_memory",
+        "profiling_free_changed",
+        "omni_placement",
+    }
+)

@@ -250,6 +250,23 @@ class Budget(NamedTuple):
     window_empty: bool | None = None
     ranks: tuple[RankBudget, ...] = ()
     notices: tuple[str, ...] = ()
+    kv_reserve_gib: float = 0.0  # 0.5.23: set aside from the KV budget for multimodal buffers
+    fraction_factor: float = 1.0  # SGLang multiplies the flag by this (0.3.6/0.4.6 VLMs, aiter)
+    fraction_factor_why: str | None = None
+    # vLLM (engine == "vllm"): its budget is a share u of TOTAL memory for weights, activations
+    # and KV together; the window is on u (--gpu-memory-utilization) instead of y.
+    engine: str = "sglang"
+    gpu_memory_utilization: float | None = None
+    utilization_source: str | None = None
+    budget_gib: float | None = None  # total × u
+    activation_gib: float | None = None  # PyTorch activation peak of the profile run
+    non_torch_gib: float | None = None
+    kv_needed_gib: float | None = None  # KV for one request of max_model_len
+    max_model_len: int | None = None
+    u_min: float | None = None
+    u_min_basis: str | None = None
+    u_max: float | None = None
+    u_max_basis: str | None = None
 
 
 class Evidence(NamedTuple):

@@ -20,7 +20,10 @@ _KUBECTL_TS = re.compile(
 )
 _KUBECTL_PREFIX = re.compile(r"^\[pod/[^\]\s]+\]\s")
 _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|(?: |$)")
-_RAY = re.compile(r"^\((?P<actor>[\w.\-]+(?: [\w.\-]+)*?) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
+_RAY = re.compile(r"^\((?P<actor>[\w.\-]+(?: [\w.\-=]+)*?) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
+#: vLLM worker prefixes name their rank: `(VllmWorker TP1 pid=N)`, `(VllmWorker PP0_TP1 pid=N)`,
+#: `(VllmWorker rank=1 pid=N)`.
+_ACTOR_RANK = re.compile(r"(?<![A-Za-z0-9])(?:(?P<pp>PP\d+)_)?(?P<tp>TP\d+)\b|\brank=(?P<n>\d+)")
 _JOURNALD = re.compile(
     r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}) \S+ [\w.\-/@]+(?:\[\d+\])?: "
 )
@@ -72,6 +75,7 @@ def normalise(raw: str) -> Envelope:
     text = clean(raw).rstrip("\n")
     outer_ts: str | None = None
     actor_pid: int | None = None
+    actor_rank: str | None = None
     for _ in range(6):  # outer prefixes nest at most a few deep
         before = text
         m = _KUBECTL_TS.match(text)
@@ -91,6 +95,7 @@ def normalise(raw: str) -> Envelope:
         m = _RAY.match(text)
         if m:
             actor_pid = int(m.group("pid"))
+            actor_rank = actor_rank or _actor_rank(m.group("actor"))
             text = text[m.end() :]
         m = _QUOTE.match(text)
         if m:
@@ -99,10 +104,23 @@ def normalise(raw: str) -> Envelope:
             break
     if "[repeated" in text:
         text = _RAY_REPEAT.sub("", text)
-    return _inner(text, outer_ts, actor_pid)
+    return _inner(text, outer_ts, actor_pid, actor_rank)
 
 
-def _inner(text: str, outer_ts: str | None, actor_pid: int | None) -> Envelope:
+def _actor_rank(actor: str) -> str | None:
+    if " " not in actor:
+        return None
+    m = _ACTOR_RANK.search(actor)
+    if m is None:
+        return None
+    if m.group("n") is not None:
+        return f"TP{m.group('n')}"
+    return f"{m.group('pp')} {m.group('tp')}" if m.group("pp") else m.group("tp")
+
+
+def _inner(
+    text: str, outer_ts: str | None, actor_pid: int | None, actor_rank: str | None = None
+) -> Envelope:
     first = text[:1]
     if first == "[":
         m = _SGLANG.match(text) or _SGLANG_NOYEAR.match(text)
@@ -111,7 +129,7 @@ def _inner(text: str, outer_ts: str | None, actor_pid: int | None) -> Envelope:
             ms = m.groupdict().get("ms")
             return Envelope(
                 text=text[m.end() :],
-                rank=_rank(m.group("tags")),
+                rank=_rank(m.group("tags")) or actor_rank,
                 ts=f"{ts}.{ms}" if ms else ts,
                 actor_pid=actor_pid,
                 enveloped=True,
@@ -142,13 +160,14 @@ def _inner(text: str, outer_ts: str | None, actor_pid: int | None) -> Envelope:
             gd = m.groupdict()
             return Envelope(
                 text=text[m.end() :],
+                rank=actor_rank,
                 ts=gd.get("ts") or outer_ts,
                 actor_pid=actor_pid,
                 level=gd.get("level"),
                 logger=gd.get("logger"),
                 enveloped=True,
             )
-    return Envelope(text=text, ts=outer_ts, actor_pid=actor_pid)
+    return Envelope(text=text, rank=actor_rank, ts=outer_ts, actor_pid=actor_pid)
 
 
 def _rank(tags: str) -> str | None:

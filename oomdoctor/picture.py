@@ -45,7 +45,7 @@ def segments(
     if y is None or b.pre_gib is None or b.post_gib is None or b.weights_gib is None:
         return None
     pre = b.pre_gib
-    kv = kv_at(y, pre, b.post_gib)
+    kv = kv_at(y, pre, b.post_gib) - b.kv_reserve_gib
     parts: dict[str, float | None] = {}
     if others is not None and held is not None:
         parts["other"] = min(others, held)

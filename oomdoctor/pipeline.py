@@ -134,9 +134,17 @@ def features_of(
 ) -> dict[str, features.Feature]:
     """The features rules see, for one incident and GPU state (``rules test`` uses this)."""
     primary = features.primary_failure(incident)
-    bud = budget.build(incident, primary)
+    bud = budget.build(incident, primary, _capacity(gpu))
     view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
     return features.compute(incident, bud, primary, view)
+
+
+def _capacity(gpu: GpuState) -> float | None:
+    """The GPUs' total memory when a snapshot shows one size for all of them: NVML's total minus
+    the driver's reservation, which is what CUDA (and vLLM) call total."""
+    devices = getattr(gpu, "devices", ())
+    sizes = {d.total_bytes - (d.reserved_bytes or 0) for d in devices if d.total_bytes}
+    return sizes.pop() / budget.GIB if len(sizes) == 1 else None
 
 
 def _gpu_view(
@@ -163,13 +171,21 @@ def diagnose(
     rules: Sequence[Rule],
     gpu: GpuState = None,
     cuda_visible_devices: str | None = None,
+    engine_override: str | None = None,
 ) -> Diagnosis:
     """Budget, GPU holders, features, rules and verdict for an assembled incident.
 
     ``gpu`` is a snapshot, the reason there is none, or None when it was not asked for.
+    ``engine_override`` replaces the engine detected from the log (``--engine``).
     """
+    if engine_override is not None and engine_override != incident.engine:
+        note = (
+            f"the engine was set to {engine_override} (--engine); "
+            f"the log looked like {incident.engine or 'neither'}"
+        )
+        incident = incident._replace(engine=engine_override, notices=(*incident.notices, note))
     primary = features.primary_failure(incident)
-    bud = budget.build(incident, primary)
+    bud = budget.build(incident, primary, _capacity(gpu))
     view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
     feats = features.compute(incident, bud, primary, view)
     findings = engine.evaluate(rules, feats)
@@ -195,5 +211,7 @@ def run(
     progress: Progress | None = None,
     gpu: GpuState = None,
     cuda_visible_devices: str | None = None,
+    engine_override: str | None = None,
 ) -> Diagnosis:
-    return diagnose(read(names, rules, stdin, progress), rules, gpu, cuda_visible_devices)
+    incident = read(names, rules, stdin, progress)
+    return diagnose(incident, rules, gpu, cuda_visible_devices, engine_override)

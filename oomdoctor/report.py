@@ -66,13 +66,17 @@ def line_ref(line: Line, sources: tuple[str, ...], note: str | None = None) -> d
 
 
 def budget_dict(b: Budget) -> dict[str, Any]:
+    """Every key is always present (null when unknown); vLLM fills its own keys and leaves the
+    SGLang ones (pre/post/y) null, and the other way round."""
     return {
+        "engine": b.engine,
         "rank": b.rank,
         "pre_gib": _r(b.pre_gib),
         "post_gib": _r(b.post_gib),
         "weights_gib": _r(b.weights_gib),
         "mem_fraction_static": b.mem_fraction_static,
         "mem_fraction_source": b.mem_fraction_source,
+        "fraction_factor": b.fraction_factor,
         "static_gib": _r(b.static_gib),
         "dynamic_gib": _r(b.dynamic_gib),
         "kv_gib": _r(b.kv_gib),
@@ -89,6 +93,17 @@ def budget_dict(b: Budget) -> dict[str, Any]:
         "y_max": _r(b.y_max, 4),
         "y_max_basis": b.y_max_basis,
         "reserve_gib": _r(b.reserve_gib),
+        "gpu_memory_utilization": b.gpu_memory_utilization,
+        "utilization_source": b.utilization_source,
+        "budget_gib": _r(b.budget_gib),
+        "activation_gib": _r(b.activation_gib),
+        "non_torch_gib": _r(b.non_torch_gib),
+        "max_model_len": b.max_model_len,
+        "kv_needed_gib": _r(b.kv_needed_gib),
+        "u_min": _r(b.u_min, 4),
+        "u_min_basis": b.u_min_basis,
+        "u_max": _r(b.u_max, 4),
+        "u_max_basis": b.u_max_basis,
         "window_empty": b.window_empty,
         "ranks": [
             {

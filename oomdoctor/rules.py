@@ -33,6 +33,8 @@ ADVICE = (
     "retraction",
     "host_memory",
     "gpu_fault",
+    "thinker_kv",
+    "omni_placement",
     "none",
 )
 _TOP_KEYS = {

@@ -65,7 +65,35 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
     text = rule.title + _where(primary)
     oom = primary.oom if primary else None
     numbers: list[str] = []
-    if rule.category == "startup_kv_alloc" and b.kv_gib is not None and b.mem_fraction_static:
+    data = primary.data if primary else {}
+    colocated = [data.get(k) for k in ("total", "fraction", "used")]
+    if rule.category == "startup_kv_alloc" and b.engine == "vllm" and b.kv_gib is not None:
+        parts = [
+            f"{name} {v:.2f}"
+            for name, v in (
+                ("weights", b.weights_gib),
+                ("activations", b.activation_gib),
+                ("non-torch", b.non_torch_gib),
+            )
+            if v is not None
+        ]
+        head = (
+            f"at --gpu-memory-utilization {b.gpu_memory_utilization:g} the budget "
+            f"{b.budget_gib:.2f} GiB minus "
+            if b.gpu_memory_utilization is not None and b.budget_gib is not None
+            else "the budget minus "
+        )
+        numbers.append(f"{head}{', '.join(parts) or 'the rest'} leaves {b.kv_gib:.2f} GiB for KV")
+        if b.kv_needed_gib:
+            numbers.append(f"one max_model_len request needs {b.kv_needed_gib:.2f} GiB")
+    elif rule.category == "startup_kv_alloc" and all(isinstance(v, float) for v in colocated):
+        total, fraction, used = (float(v) for v in colocated)  # type: ignore[arg-type]
+        kv = int(total * fraction * 2**30) / 2**30 - used
+        numbers.append(
+            f"the stage budget {fraction:.3f} × {total:.2f} GiB minus the {used:.2f} GiB the stage "
+            f"holds leaves {kv:.2f} GiB for the KV cache"
+        )
+    elif rule.category == "startup_kv_alloc" and b.kv_gib is not None and b.mem_fraction_static:
         numbers.append(
             f"at --mem-fraction-static {b.mem_fraction_static:g} the static share "
             f"{b.static_gib:.2f} GiB minus weights {b.weights_gib:.2f} GiB leaves {b.kv_gib:.2f} GiB "
@@ -88,7 +116,7 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
         and b.mem_fraction_static is not None
     ):
         numbers.append(
-            f"the dynamic share at y = {b.mem_fraction_static:g} is {b.dynamic_gib:.2f} GiB"
+            f"the dynamic share at y = {round(b.mem_fraction_static, 4):g} is {b.dynamic_gib:.2f} GiB"
         )
     if numbers:
         text += ": " + "; ".join(numbers)

@@ -62,10 +62,16 @@ def mem_fraction_directions(rep: dict[str, object]) -> list[str]:
     return [
         a["direction"]
         for a in actions
-        if a["flag"]
-        and a["flag"].replace("_", "-").endswith("mem-fraction-static")
-        and a["direction"]
+        if a["flag"] and a["direction"] and _is_fraction_flag(a["flag"])
     ]
+
+
+#: The flags that size the server's memory share: SGLang's y, vLLM's u, an Omni stage's budget.
+FRACTION_FLAGS = ("mem-fraction-static", "gpu-memory-utilization", "gpu-memory-fraction")
+
+
+def _is_fraction_flag(flag: str) -> bool:
+    return flag.replace("_", "-").endswith(FRACTION_FLAGS)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -62,9 +62,9 @@ def test_budget_numbers(sidecar: Path, report_of: Callable[[Path], dict]) -> Non
     for key, value in expect.get("budget", {}).items():
         got = budget[key]
         assert got is not None, f"{key}: expected {value}, oomdoctor says null"
-        if key in ("kv_tokens", "bytes_per_token"):
+        if key in ("kv_tokens", "bytes_per_token", "max_model_len", "engine"):
             assert got == value, key
-        elif key == "mem_fraction_static":
+        elif key in ("mem_fraction_static", "gpu_memory_utilization"):
             assert got == pytest.approx(value, abs=1e-6), key
         else:
             assert got == pytest.approx(value, abs=TOLERANCE_GIB), key
@@ -124,6 +124,9 @@ def test_recommended_fraction_lies_in_the_window(
     --mem-fraction-static lies inside it (an empty window is said to be empty)."""
     rep = _report(sidecar, report_of)
     b = rep["budget"]
+    if b["engine"] == "vllm":
+        _check_utilization_window(rep)
+        return
     if b["pre_gib"] is None or b["post_gib"] is None or b["mem_fraction_static"] is None:
         return  # the log lacks the numbers: nothing to check
     assert b["y_min"] is not None and b["y_max"] is not None and b["window_empty"] is not None
@@ -134,4 +137,15 @@ def test_recommended_fraction_lies_in_the_window(
         if b["window_empty"]:
             assert "No value of" in action["text"] or "fits both bounds" in action["text"]
         else:
-            assert b["y_min"] - 1e-9 <= action["value"] <= b["y_max"] + 1e-9, action["text"]
+            in_effect = action["value"] * b["fraction_factor"]  # what SGLang makes of the flag
+            assert b["y_min"] - 1e-3 <= in_effect <= b["y_max"] + 1e-3, action["text"]
+
+
+def _check_utilization_window(rep: dict) -> None:
+    """vLLM: a recommended --gpu-memory-utilization lies in [u_min, u_max] when that is not empty."""
+    b = rep["budget"]
+    for action in rep["actions"]:
+        if action["flag"] != "--gpu-memory-utilization" or action["value"] is None:
+            continue
+        if b["u_min"] is not None and b["u_max"] is not None and not b["window_empty"]:
+            assert b["u_min"] - 1e-9 <= action["value"] <= b["u_max"] + 1e-9, action["text"]

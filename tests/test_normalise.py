@@ -39,6 +39,15 @@ MSG = "Load weight begin. avail mem=78.00 GB"
         ),
         (f"INFO 11-05 03:21:41 model_runner.py:1025] {MSG}", None, "11-05 03:21:41"),
         (f"(VllmWorkerProcess pid=67) INFO 11-05 03:21:41 [gpu_worker.py:1025] {MSG}", None, None),
+        # vLLM 0.10 worker prefixes name the rank (vllm/utils decorate_logs)
+        (f"(VllmWorker TP1 pid=812) INFO 08-21 14:02:11 [gpu_worker.py:276] {MSG}", "TP1", None),
+        (f"(VllmWorker PP1_TP0 pid=9) INFO 08-21 14:02:11 [a.py:2] {MSG}", "PP1 TP0", None),
+        (f"(VllmWorker rank=2 pid=9) INFO 08-21 14:02:11 [a.py:2] {MSG}", "TP2", None),
+        (
+            f"\x1b[36m(EngineCore_0 pid=77)\x1b[0m ERROR 08-21 14:02:11 [core.py:1] {MSG}",
+            None,
+            None,
+        ),
         (f"Jun 03 10:15:22 gpu-host python3[1234]: [2025-06-03 10:15:22 TP2] {MSG}", "TP2", None),
         (f"[pod/sglang-0/server] [2025-06-03 10:15:22 TP0] {MSG}", "TP0", None),
     ],

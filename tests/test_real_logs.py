@@ -1,5 +1,5 @@
-"""The real logs users posted (../shared/real-logs, read in place, never copied): each SGLang log
-gets its labelled category, and no mem-fraction advice points the wrong way."""
+"""The real logs users posted (../shared/real-logs, read in place, never copied): each log (SGLang
+and vLLM) gets its labelled category, and no fraction advice points the wrong way."""
 
 from __future__ import annotations
 
@@ -25,20 +25,19 @@ ROWS = _rows()
 pytestmark = pytest.mark.skipif(
     not ROWS, reason=f"the shared real logs are not here ({REAL_LOGS}); they live beside the repo"
 )
-SGLANG = [r for r in ROWS if not r["sglang_version"].startswith("n/a")]
 
 
 def _id(row: dict[str, str]) -> str:
     return f"{row['id']}-{row['expected_class']}"
 
 
-@pytest.mark.parametrize("row", SGLANG, ids=_id)
+@pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_category(row: dict[str, str], report_of: Callable[[Path], dict]) -> None:
     rep = report_of(REAL_LOGS / f"{row['id']}.log")
     assert rep["verdict"]["category"] == row["expected_class"], rep["verdict"]["summary"]
 
 
-@pytest.mark.parametrize("row", SGLANG, ids=_id)
+@pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_advice_direction(row: dict[str, str], report_of: Callable[[Path], dict]) -> None:
     rep = report_of(REAL_LOGS / f"{row['id']}.log")
     directions = mem_fraction_directions(rep)
@@ -62,9 +61,14 @@ def test_advice_direction(row: dict[str, str], report_of: Callable[[Path], dict]
         pytest.fail(f"unknown expected_action {action!r}")
 
 
-def test_the_vllm_log_is_recognised_without_crashing(report_of: Callable[[Path], dict]) -> None:
-    """vLLM support is a later issue; today the log must at least parse and find the OOM."""
+def test_the_vllm_log_is_read_as_vllm(report_of: Callable[[Path], dict]) -> None:
+    """vLLM logs are told apart from SGLang's, and their worker OOM is found and attributed."""
     vllm = [r for r in ROWS if r["sglang_version"].startswith("n/a")]
+    assert vllm
     for row in vllm:
         rep = report_of(REAL_LOGS / f"{row['id']}.log")
+        assert rep["input"]["engine"] == "vllm"
         assert rep["failure"] is not None and rep["failure"]["oom"] is not None
+        assert all(not (a["flag"] or "").endswith("mem-fraction-static") for a in rep["actions"]), (
+            "vLLM advice must use vLLM's flags"
+        )

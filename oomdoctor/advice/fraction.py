@@ -102,6 +102,12 @@ def levers_for_empty_window(ctx: Context) -> list[Action]:
 
 
 def raise_fraction(ctx: Context) -> list[Action]:
+    if ctx.incident.engine == "sglang-omni":
+        from oomdoctor.advice import omni
+
+        colocated = omni.colocated_budget(ctx)
+        if colocated:
+            return colocated
     b = ctx.budget
     y = b.mem_fraction_static
     if b.y_zero is None or b.pre_gib is None or b.post_gib is None:
@@ -129,7 +135,7 @@ def raise_fraction(ctx: Context) -> list[Action]:
         rec = max(rec, round_up(suggested + 0.005))
     if b.y_max is not None and rec > b.y_max:
         rec = round_down(b.y_max, 0.005)
-    kv = kv_at(rec, pre, post)
+    kv = kv_at(rec, pre, post) - b.kv_reserve_gib
     basis = (
         f"KV(y) = post − (1 − y)·pre = {post:.2f} − (1 − y)·{pre:.2f}; empty at y = 1 − post/pre = "
         f"{b.y_zero:.3f}; y_min {y_min:.3f} ({b.y_min_basis}); the value sits mid-window "
@@ -195,7 +201,7 @@ def _raise_into_empty_window(ctx: Context, y_min: float) -> list[Action]:
     )
     if rec >= 0.99 or dynamic < floor:
         return [Action(text=head + " Change what moves the bounds:"), *levers_for_empty_window(ctx)]
-    kv = kv_at(rec, pre, post)
+    kv = kv_at(rec, pre, post) - b.kv_reserve_gib
     shrink = (
         "so also shrink the runtime peak (next action)"
         if chunked_lever(ctx) is not None
@@ -329,7 +335,7 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
                     f"({b.y_min_basis}). No fraction both starts and runs: use the levers below.",
                 )
             ]
-    kv = kv_at(rec, pre, b.post_gib) if b.post_gib is not None else None
+    kv = kv_at(rec, pre, b.post_gib) - b.kv_reserve_gib if b.post_gib is not None else None
     kv_text = f"; the KV pool becomes {kv:.2f} GiB{_tokens(ctx, kv)}" if kv is not None else ""
     return [
         Action(
@@ -491,34 +497,76 @@ def graph_capture(ctx: Context) -> list[Action]:
     return out
 
 
-OMNI_THINKER_FLAG = "--thinker.engine.mem_fraction_static"
-
-
 def reserve_encoder(ctx: Context) -> list[Action]:
     """Encoders need room outside the static share: lower the fraction, and shrink inputs."""
     out: list[Action] = []
     if ctx.incident.engine == "sglang-omni":
-        # Omni's encoder stages share the thinker's GPU; its flag sizes the thinker's pool.
-        out.extend(lower_action(ctx, "the encoder stages on this GPU", flag=OMNI_THINKER_FLAG))
-        zero = ctx.features.get("omni.encoder_reserve_zero")
-        if zero is not None and zero.value:
-            out.append(
-                Action(
-                    text="encoder_mem_reserve was 0.0 because the thinker's fraction was pinned: "
-                    "unpin it and Omni lowers the auto fraction by encoder_mem_reserve (default "
-                    "0.05) itself, or move the encoder stages to another GPU.",
-                )
-            )
+        from oomdoctor.advice import omni
+
+        sibling = omni.busiest_sibling(ctx)
+        if sibling is not None and sibling[0] != "thinker":
+            out.extend(omni.stage_fraction_action(ctx, *sibling))
+        else:
+            # The encoder stages share the thinker's GPU; its flag sizes the thinker's pool.
+            thinker = "--thinker.engine.mem_fraction_static"
+            out.extend(lower_action(ctx, "the encoder stages on this GPU", flag=thinker))
+            zero = ctx.features.get("omni.encoder_reserve_zero")
+            if zero is not None and zero.value:
+                out.append(omni.encoder_reserve(ctx))
     else:
         out.extend(lower_action(ctx, "the vision/audio encoder"))
-    if at_least(ctx.incident.version, "0.5.10"):
-        limit = '--limit-mm-data-per-request \'{"image": N, "video": M}\''
-    else:
-        limit = "--limit-mm-data-per-request on SGLang 0.5.10 and later"
-    out.append(
-        Action(
-            text="Shrink encoder inputs: smaller images (the processor's max_pixels), fewer video "
-            f"frames, shorter audio clips, and fewer items per prompt ({limit}).",
+    out.extend(_encoder_input_levers(ctx))
+    return out
+
+
+def _encoder_input_levers(ctx: Context) -> list[Action]:
+    """Smaller encoder inputs, with the knobs the log's SGLang version has."""
+    out: list[Action] = []
+    if ctx.incident.engine == "sglang-omni":
+        out.append(
+            Action(
+                text="Shrink encoder inputs: shorter audio clips and fewer/smaller images or "
+                "video frames per request (the stages' processor limits), or lower the encoder "
+                "stages' batch size (--<stage>.factory.max_batch_size).",
+            )
         )
-    )
+        return out
+    if at_least(ctx.incident.version, "0.5.10"):
+        out.append(
+            Action(
+                text="Fewer items per request: --limit-mm-data-per-request "
+                '\'{"image": N, "video": M}\' (SGLang refuses requests over the limit).',
+                flag="--limit-mm-data-per-request",
+                direction="set",
+            )
+        )
+        out.append(
+            Action(
+                text="Smaller items: SGLANG_IMAGE_MAX_PIXELS (Qwen-VL family; default "
+                "16384·28·28 = 12,845,056 pixels per image) and --mm-process-config "
+                '\'{"video": {"max_frames": N, "max_pixels": P}}\' for videos.',
+            )
+        )
+    else:
+        out.append(
+            Action(
+                text="Smaller and fewer encoder inputs per request: resize images on the client, "
+                "send fewer images/frames per prompt, and cap video size with the VIDEO_MAX_PIXELS "
+                "environment variable (Qwen-VL processors); --limit-mm-data-per-request exists "
+                "from SGLang 0.5.10 on.",
+            )
+        )
+    chunked = ctx.arg_int("chunked_prefill_size")
+    if chunked is not None and chunked <= 0:
+        out.append(
+            Action(
+                text="Enable chunked prefill (--chunked-prefill-size 8192; it is -1 today): the "
+                "encoder then runs on the items of one chunk at a time instead of the whole "
+                "prompt.",
+                flag="--chunked-prefill-size",
+                direction="set",
+                value=8192,
+                current=chunked,
+            )
+        )
     return out

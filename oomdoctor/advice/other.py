@@ -26,7 +26,7 @@ def _holder_action(ctx: Context, pid: int, gib: float, where: str, detail: str) 
     )
 
 
-def _snapshot_holders(ctx: Context) -> list[Action]:
+def snapshot_holders(ctx: Context) -> list[Action]:
     gpu = ctx.gpu
     if gpu is None or gpu.snapshot is None:
         return []
@@ -53,7 +53,7 @@ def _snapshot_holders(ctx: Context) -> list[Action]:
     return out
 
 
-def _message_holders(ctx: Context) -> list[Action]:
+def message_holders(ctx: Context) -> list[Action]:
     oom = ctx.primary.oom if ctx.primary else None
     if oom is None:
         return []
@@ -77,8 +77,12 @@ def _message_holders(ctx: Context) -> list[Action]:
 
 def free_gpu(ctx: Context) -> list[Action]:
     """Name the co-tenants and their cost; then how to size the server if they must stay."""
-    out = _snapshot_holders(ctx) or _message_holders(ctx)
     primary = ctx.primary
+    if primary is not None and primary.kind == "stage_load_negative":
+        from oomdoctor.advice import omni
+
+        return omni.stage_load_negative(ctx)
+    out = snapshot_holders(ctx) or message_holders(ctx)
     y = ctx.budget.mem_fraction_static
     if primary is not None and primary.kind == "tp_imbalance":
         out.append(_imbalance(ctx))

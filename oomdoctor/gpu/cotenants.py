@@ -24,7 +24,10 @@ from oomdoctor.normalise import rank_numbers
 
 #: A snapshot this far from the log's last line may show a different set of holders.
 STALE_AFTER_S = 15 * 60
-_SERVER_NAME = re.compile(r"^sglang::|sglang\.launch_server|sglang/launch_server|sglang\.srt")
+_SERVER_NAME = re.compile(
+    r"^sglang::|sglang\.launch_server|sglang/launch_server|sglang\.srt"
+    r"|^VLLM::|vllm\.entrypoints|vllm serve|\bvllm/v1/engine"  # vLLM sets VLLM::EngineCore etc.
+)
 
 
 def _server_pids(incident: Incident) -> set[int]:

@@ -94,6 +94,51 @@ def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
     console.print()
 
 
+def _budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    if b.get("engine") == "vllm":
+        return "memory budget (vLLM)", [
+            ("total GPU memory", _gib(b["capacity_gib"])),
+            ("--gpu-memory-utilization (u)", _num(b["gpu_memory_utilization"])),
+            ("vLLM's budget total × u", _gib(b["budget_gib"])),
+            ("weights", _gib(b["weights_gib"])),
+            ("activation peak (profile run)", _gib(b["activation_gib"])),
+            ("non-torch memory", _gib(b["non_torch_gib"])),
+            (
+                "KV cache",
+                _gib(b["kv_gib"]) + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
+            ),
+            ("max_model_len", f"{b['max_model_len']:,}" if b.get("max_model_len") else "unknown"),
+            ("KV for one max_model_len request", _gib(b["kv_needed_gib"])),
+            ("CUDA graphs (outside the budget)", _gib(b["graph_gib"])),
+            (
+                "window u_min – u_max",
+                f"{_num(b['u_min'])} – {_num(b['u_max'])}"
+                + (" (empty)" if b.get("window_empty") else ""),
+            ),
+        ]
+    title = "memory budget" + (f" ({b['rank']})" if b.get("rank") else "")
+    return title, [
+        ("free before weights (pre)", _gib(b["pre_gib"])),
+        ("free after weights (post)", _gib(b["post_gib"])),
+        ("weights", _gib(b["weights_gib"])),
+        ("--mem-fraction-static (y)", _num(b["mem_fraction_static"])),
+        ("static share y·pre", _gib(b["static_gib"])),
+        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
+        ("KV pool, computed", _gib(b["kv_gib"])),
+        (
+            "KV pool, logged",
+            _gib(b["kv_logged_gib"])
+            + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
+        ),
+        ("headroom after startup", _gib(b["headroom_gib"])),
+        (
+            "window y_min – y_max",
+            f"{_num(b['y_min'])} – {_num(b['y_max'])}"
+            + (" (empty)" if b.get("window_empty") else ""),
+        ),
+    ]
+
+
 def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str:
     from rich.console import Console
     from rich.text import Text
@@ -130,27 +175,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     console.print()
 
     b = report["budget"]
-    title = "memory budget" + (f" ({b['rank']})" if b.get("rank") else "")
-    rows = [
-        ("free before weights (pre)", _gib(b["pre_gib"])),
-        ("free after weights (post)", _gib(b["post_gib"])),
-        ("weights", _gib(b["weights_gib"])),
-        ("--mem-fraction-static (y)", _num(b["mem_fraction_static"])),
-        ("static share y·pre", _gib(b["static_gib"])),
-        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
-        ("KV pool, computed", _gib(b["kv_gib"])),
-        (
-            "KV pool, logged",
-            _gib(b["kv_logged_gib"])
-            + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
-        ),
-        ("headroom after startup", _gib(b["headroom_gib"])),
-        (
-            "window y_min – y_max",
-            f"{_num(b['y_min'])} – {_num(b['y_max'])}"
-            + (" (empty)" if b.get("window_empty") else ""),
-        ),
-    ]
+    title, rows = _budget_rows(b)
     # Two aligned columns; plain text rather than rich.table, which costs start-up time.
     left = max(len(title), *(len(name) for name, _ in rows))
     right = max(len("value"), *(len(value) for _, value in rows))

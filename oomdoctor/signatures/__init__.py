@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from oomdoctor.signatures import context, failures, startup
+from oomdoctor.signatures import context, failures, startup, vllm
 from oomdoctor.signatures.base import Signature
 
 ALL: tuple[Signature, ...] = (
-    startup.SIGNATURES + failures.SIGNATURES + failures.OOM_PARTS + context.SIGNATURES
+    startup.SIGNATURES
+    + failures.SIGNATURES
+    + failures.OOM_PARTS
+    + context.SIGNATURES
+    + vllm.SIGNATURES
 )
 
 __all__ = ["ALL", "Signature"]

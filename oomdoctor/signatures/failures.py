@@ -56,7 +56,17 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|SWA pool \(\d+ tokens\) cannot hold even one request"
         r"|pool cap \(.*?\) leaves no room for the full KV pool"
         r"|cannot fit ONE worst-case request"
-        r"|Colocated GPU memory budget leaves no KV-cache headroom)",
+        r"|Colocated GPU memory budget leaves no KV-cache headroom)"
+        r"(?:: total=(?P<total>[\d.]+)GiB, fraction=(?P<fraction>[\d.]+), budget="
+        r"(?P<budget>[\d.]+)GiB, (?:process_used|stage_load_used)=(?P<used>[\d.]+)GiB)?",
+    ),
+    # --- SGLang Omni placement: declared stage budgets that cannot fit (nothing ran out) -------
+    sig(
+        "omni_placement",
+        ("exceeds placement limit", "declared budgets exceed", "declared KV pools alone exceed"),
+        r"GPU (?P<gpu>\d+) (?:total_gpu_memory_fraction=(?P<fraction>[\d.]+) exceeds placement "
+        r"limit (?P<limit>[\d.]+)|declared budgets exceed physical memory|declared KV pools "
+        r"alone exceed physical memory)",
     ),
     sig(
         "negative_profile",
@@ -84,11 +94,13 @@ SIGNATURES: tuple[Signature, ...] = (
         "cuda_error_oom",
         (
             "CUDA error: out of memory",
+            "CUDA Error: out of memory",
             "HIP error: out of memory",
             "hipErrorOutOfMemory",
             "cudaErrorMemoryAllocation",
         ),
-        r"(?:CUDA|HIP) error: out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation",
+        # `CUDA Error: out of memory at .../cumem_allocator.cpp:62`: vLLM's sleep-mode allocator
+        r"(?:CUDA|HIP) [Ee]rror: out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation",
     ),
     sig("cublas_oom", "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED"),
     sig("nccl_oom", "Cuda failure", r"Cuda failure (?:\d+ )?'out of memory'"),

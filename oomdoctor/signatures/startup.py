@@ -103,9 +103,21 @@ SIGNATURES: tuple[Signature, ...] = (
             "Dynamically adjusted --mem-fraction-static",
             "adjust --mem-fraction-static for multimodal",
         ),
-        r"(?:reduce --mem-fraction-static to (?P<to>[\d.]+) because this is a multimodal model"
-        r"|Dynamically adjusted --mem-fraction-static from: (?P<frm>[\d.]+) to: (?P<to2>[\d.]+)"
+        r"(?:reduce --mem-fraction-static to (?P<to>\d+(?:\.\d+)?) because this is a multimodal "
+        r"model|Dynamically adjusted --mem-fraction-static from: (?P<frm>\d+(?:\.\d+)?) to: "
+        r"(?P<to2>\d+(?:\.\d+)?)"
         r"|adjust --mem-fraction-static for multimodal models)",
+    ),
+    sig(
+        "launch_flag",
+        ("--mem-fraction-static", ".engine.mem_fraction_static"),
+        r"(?:^|\s)--(?:(?P<stage>[\w-]+)\.engine\.mem_fraction_static|mem-fraction-static)[ =]"
+        r"(?P<y>0?\.\d+|1(?:\.0+)?)(?:\s|$)",
+    ),
+    sig(
+        "mm_kv_reserve",
+        "KV budget for post-sizing multimodal",
+        r"Reserving (?P<gb>[\d.]+) GB of the KV budget for post-sizing multimodal allocations",
     ),
     sig(
         "kv_below_context",
@@ -132,11 +144,14 @@ def parse_server_args(body: str) -> dict[str, Scalar]:
     Tolerates truncation: whatever pairs were printed completely are returned.
     """
     if body.startswith("ServerArgs("):
-        inner = body[len("ServerArgs(") :]
-    elif body.startswith("{"):
-        inner = body[1:]
-    else:
-        return {}
+        return parse_pairs(body[len("ServerArgs(") :])
+    if body.startswith("{"):
+        return parse_pairs(body[1:])
+    return {}
+
+
+def parse_pairs(inner: str) -> dict[str, Scalar]:
+    """``k=v, ...`` or ``'k': v, ...`` up to the closing bracket (vLLM's args and config too)."""
     out: dict[str, Scalar] = {}
     pos, n = 0, len(inner)
     while pos < n:

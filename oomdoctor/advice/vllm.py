@@ -1,0 +1,494 @@
+"""Advice for vLLM, in vLLM's terms: --gpu-memory-utilization (u) is a share of TOTAL memory for
+weights, activations and the KV cache together, so the directions are:
+
+- no KV cache fits at startup: RAISE u (the KV cache grows by total × Δu), or shorten
+  --max-model-len, or make each token cheaper (--kv-cache-dtype fp8);
+- an activation OOM while serving: LOWER u (what u leaves out is where CUDA graphs and anything the
+  profile run did not see must fit), or shrink the batch (--max-num-batched-tokens, --max-num-seqs);
+- another process on the GPU: free it, or size u to what is free;
+- the multimodal profile run: fewer/smaller dummy items (--limit-mm-per-prompt, processor limits).
+"""
+
+from __future__ import annotations
+
+from oomdoctor.advice.context import Context
+from oomdoctor.advice.other import message_holders, snapshot_holders
+from oomdoctor.budget import GIB, round_down, round_up
+from oomdoctor.model import Action
+
+FLAG = "--gpu-memory-utilization"
+#: A raised u is placed this far above the smallest workable value.
+RAISE_MARGIN = 0.02
+#: The largest u worth suggesting: vLLM itself needs the CUDA context outside its budget.
+U_CEILING = 0.98
+
+
+def _u(ctx: Context) -> float | None:
+    return ctx.budget.gpu_memory_utilization
+
+
+def _fmt(u: float | None) -> str:
+    return "unknown" if u is None else f"{u:.2f}"
+
+
+def _arg(ctx: Context, name: str) -> int | None:
+    value = ctx.incident.server_args.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _kv_tokens_at(ctx: Context, kv_gib: float) -> str:
+    bpt = ctx.budget.bytes_per_token
+    if not bpt or kv_gib <= 0:
+        return ""
+    return f" (≈{int(kv_gib * GIB / bpt):,} tokens at {bpt:,} B/token)"
+
+
+def raise_utilization(ctx: Context) -> list[Action]:
+    """Startup: no KV cache (or none big enough for one max_model_len request) fits in u."""
+    b = ctx.budget
+    u, total, kv = _u(ctx), b.capacity_gib, b.kv_gib
+    out: list[Action] = []
+    if u is not None and total and kv is not None and b.u_min is not None:
+        target = min(round_up(b.u_min + RAISE_MARGIN), U_CEILING)
+        if b.u_max is not None:
+            target = min(target, max(b.u_max, b.u_min))
+        new_kv = kv + (target - u) * total
+        if target <= u or b.u_min > U_CEILING:
+            out.append(
+                Action(
+                    text=f"No --gpu-memory-utilization is enough: the weights and the profile "
+                    f"run leave {kv:.2f} GiB for the KV cache at u = {u:.2f}, and it would need "
+                    f"u ≥ {b.u_min:.2f} ({b.u_min_basis}). Spread the model over more GPUs "
+                    "(--tensor-parallel-size), load quantised weights, or shorten --max-model-len.",
+                )
+            )
+        else:
+            out.append(
+                Action(
+                    text=f"Raise --gpu-memory-utilization to {target:.2f} (today {u:.2f}): the KV "
+                    f"cache grows by total × Δu to {new_kv:.2f} GiB{_kv_tokens_at(ctx, new_kv)}; "
+                    f"the smallest workable value is {b.u_min:.2f} ({b.u_min_basis}).",
+                    flag=FLAG,
+                    direction="raise",
+                    value=target,
+                    current=u,
+                    basis=f"KV(u) = KV({u:.2f}) + (u − {u:.2f})·total = {kv:.2f} + "
+                    f"(u − {u:.2f})·{total:.2f}; u_min {b.u_min:.2f}, u_max "
+                    f"{_fmt(b.u_max)} ({b.u_max_basis})",
+                )
+            )
+    elif u is not None and kv is not None:
+        missing = max((b.kv_needed_gib or 0.0) - kv, -kv, 0.0)
+        extra = "" if b.kv_needed_gib else " plus room for the requests themselves"
+        out.append(
+            Action(
+                text=f"Raise --gpu-memory-utilization (today {u:.2f}) so the KV cache gets "
+                f"≥ {missing:.2f} GiB more{extra} (today {kv:.2f} GiB"
+                + (
+                    f", one {b.max_model_len:,}-token request needs {b.kv_needed_gib:.2f}"
+                    if b.kv_needed_gib and b.max_model_len
+                    else ""
+                )
+                + f"): by {missing:.2f} GiB ÷ the GPU's total memory, e.g. +"
+                f"{missing / 80:.2f} on an 80 GiB card. vLLM V1 does not print the total at INFO; "
+                "give oomdoctor a GPU snapshot (--snapshot) for the exact value. Above ~0.95 it "
+                "is not an option: use the alternatives below.",
+                flag=FLAG,
+                direction="raise",
+                current=u,
+            )
+        )
+    elif u is not None:
+        out.append(
+            Action(
+                text=f"Raise --gpu-memory-utilization (today {u:.2f}): vLLM found no room for the "
+                "KV cache in its budget. The log lacks the total/KV figures to compute by how "
+                "much; each +0.01 adds 1% of the GPU's memory to the KV cache.",
+                flag=FLAG,
+                direction="raise",
+                current=u,
+            )
+        )
+    else:
+        out.append(
+            Action(
+                text="Raise --gpu-memory-utilization (vLLM's default is 0.9): vLLM found no room "
+                "for the KV cache in its budget.",
+                flag=FLAG,
+                direction="raise",
+            )
+        )
+    out.extend(_shorter_context(ctx))
+    out.append(
+        Action(
+            text="Or make each token cheaper: --kv-cache-dtype fp8 halves the KV cache per token "
+            "(check the model's accuracy with it).",
+            flag="--kv-cache-dtype",
+            direction="set",
+            value="fp8",
+        )
+    )
+    return out
+
+
+def _shorter_context(ctx: Context) -> list[Action]:
+    b = ctx.budget
+    primary = ctx.primary
+    estimated = primary.data.get("estimated") if primary else None
+    length = b.max_model_len
+    if isinstance(estimated, int) and estimated > 0:
+        return [
+            Action(
+                text=f"Or cap --max-model-len at {estimated:,} (today {length or 'the model default'}"
+                "): vLLM's own estimate of the longest request this KV cache can hold.",
+                flag="--max-model-len",
+                direction="lower",
+                value=estimated,
+                current=length,
+            )
+        ]
+    if length and b.kv_gib and b.kv_gib > 0 and b.bytes_per_token:
+        fits = int(b.kv_gib * GIB / b.bytes_per_token) // 256 * 256
+        if 0 < fits < length:
+            return [
+                Action(
+                    text=f"Or cap --max-model-len at {fits:,} (today {length:,}): the "
+                    f"{b.kv_gib:.2f} GiB KV cache holds that many tokens at "
+                    f"{b.bytes_per_token:,} B/token.",
+                    flag="--max-model-len",
+                    direction="lower",
+                    value=fits,
+                    current=length,
+                )
+            ]
+    return []
+
+
+def lower_utilization(ctx: Context) -> list[Action]:
+    """Serving: an allocation outside what the profile run measured did not fit."""
+    b = ctx.budget
+    u, total = _u(ctx), b.capacity_gib
+    oom = ctx.primary.oom if ctx.primary else None
+    out: list[Action] = []
+    if u is not None and total and b.u_max is not None and b.u_max < u:
+        target = b.u_max
+        freed = (u - target) * total
+        kv_after = (b.kv_gib - freed) if b.kv_gib is not None else None
+        kv_text = (
+            f"; the KV cache shrinks to {kv_after:.2f} GiB{_kv_tokens_at(ctx, kv_after)}"
+            if kv_after is not None
+            else ""
+        )
+        if kv_after is not None and b.u_min is not None and target < b.u_min:
+            out.append(
+                Action(
+                    text=f"Lowering --gpu-memory-utilization to {target:.2f} (today {u:.2f}) would "
+                    f"free {freed:.2f} GiB but leave the KV cache below one max_model_len "
+                    f"request (u_min {b.u_min:.2f}): shrink the batch instead (below), or "
+                    "shorten --max-model-len.",
+                )
+            )
+        else:
+            out.append(
+                Action(
+                    text=f"Lower --gpu-memory-utilization to {target:.2f} (today {u:.2f}): "
+                    f"{freed:.2f} GiB more stays outside vLLM's budget for the allocation that "
+                    f"failed{kv_text}.",
+                    flag=FLAG,
+                    direction="lower",
+                    value=target,
+                    current=u,
+                    basis=f"u − (requested − free + margin)/total; {b.u_max_basis}",
+                )
+            )
+    elif u is not None:
+        short = (
+            oom.requested_gib - oom.free_gib
+            if oom and oom.requested_gib is not None and oom.free_gib is not None
+            else None
+        )
+        need = f" (at least {short:.2f} GiB more)" if short and short > 0 else ""
+        out.append(
+            Action(
+                text=f"Lower --gpu-memory-utilization (today {u:.2f}) to leave more memory "
+                f"outside vLLM's budget{need}.",
+                flag=FLAG,
+                direction="lower",
+                current=u,
+            )
+        )
+    out.extend(_batch_levers(ctx))
+    return out
+
+
+def _batch_levers(ctx: Context) -> list[Action]:
+    out: list[Action] = []
+    tokens = _arg(ctx, "max_num_batched_tokens")
+    seqs = _arg(ctx, "max_num_seqs")
+    if tokens:
+        out.append(
+            Action(
+                text=f"Halve --max-num-batched-tokens ({tokens} → {tokens // 2}): the activation "
+                "peak of a forward grows with the tokens it carries.",
+                flag="--max-num-batched-tokens",
+                direction="lower",
+                value=tokens // 2,
+                current=tokens,
+            )
+        )
+    else:
+        out.append(
+            Action(
+                text="Lower --max-num-batched-tokens (e.g. 4096): the activation peak of a forward "
+                "grows with the tokens it carries.",
+                flag="--max-num-batched-tokens",
+                direction="lower",
+            )
+        )
+    if seqs:
+        out.append(
+            Action(
+                text=f"Lower --max-num-seqs ({seqs} → {max(seqs // 2, 1)}): fewer sequences per "
+                "step, smaller sampler and logits buffers.",
+                flag="--max-num-seqs",
+                direction="lower",
+                value=max(seqs // 2, 1),
+                current=seqs,
+            )
+        )
+    graph = ctx.budget.graph_gib
+    if graph and graph >= 0.5:
+        out.append(
+            Action(
+                text=f"CUDA graphs took {graph:.2f} GiB outside the budget: --enforce-eager gives it "
+                "back (slower decoding).",
+                flag="--enforce-eager",
+                direction="set",
+            )
+        )
+    return out
+
+
+def free_gpu(ctx: Context) -> list[Action]:
+    out = snapshot_holders(ctx) or message_holders(ctx)
+    b = ctx.budget
+    primary = ctx.primary
+    u = _u(ctx)
+    kind = primary.kind if primary else None
+    if kind == "startup_free_memory" and primary is not None:
+        free, total = primary.data.get("free"), primary.data.get("total")
+        if isinstance(free, float) and isinstance(total, float):
+            held = total - free
+            out.insert(
+                0,
+                Action(
+                    text=f"Another process holds ≈{held:.2f} GiB of this GPU ({free:.2f} of "
+                    f"{total:.2f} GiB free at startup): stop it or move it (nvidia-smi shows "
+                    "who).",
+                ),
+            )
+            if b.u_max is not None and u is not None and b.u_max < u:
+                out.append(
+                    Action(
+                        text=f"If it must stay — set --gpu-memory-utilization {b.u_max:.2f} "
+                        f"(today {u:.2f}): vLLM then asks for no more than is free "
+                        f"({b.u_max_basis}).",
+                        flag=FLAG,
+                        direction="lower",
+                        value=b.u_max,
+                        current=u,
+                    )
+                )
+    elif kind == "profiling_free_changed":
+        out.insert(
+            0,
+            Action(
+                text="Another process released (or grabbed) GPU memory while vLLM was profiling, "
+                "so vLLM could not measure its own peak: start vLLM when the other processes on "
+                "the GPU are settled, or give vLLM its own GPU/container.",
+            ),
+        )
+    rl = ctx.features.get("rl.colocated")
+    if rl is not None and rl.value:
+        out.append(
+            Action(
+                text="RL colocation: the trainer and vLLM take turns on the GPU. Make the trainer "
+                "offload or free its memory before vLLM's wake_up, and size "
+                "--gpu-memory-utilization for what stays resident while both are awake.",
+            )
+        )
+    if kind not in ("startup_free_memory", "profiling_free_changed") and ctx.primary is not None:
+        sized = lower_utilization(ctx)
+        if sized and sized[0].flag == FLAG:
+            first = sized[0]
+            out.append(first._replace(text="If the other process must stay — " + first.text))
+    if not out:
+        out.append(
+            Action(
+                text="Another process holds memory on this GPU: free it (nvidia-smi shows who), "
+                "then restart vLLM."
+            )
+        )
+    return out
+
+
+def _model(ctx: Context) -> str:
+    args = ctx.incident.server_args
+    name = args.get("model") or args.get("model_path") or ""
+    return name if isinstance(name, str) else ""
+
+
+def _max_pixels(ctx: Context) -> int | None:
+    import re
+
+    kwargs = ctx.incident.server_args.get("mm_processor_kwargs")
+    m = re.search(r"'max_pixels': (\d+)", kwargs) if isinstance(kwargs, str) else None
+    return int(m.group(1)) if m else None
+
+
+def reserve_encoder(ctx: Context) -> list[Action]:
+    """A multimodal encoder ran out, usually in the startup profile run with dummy items."""
+    seqs = _arg(ctx, "max_num_seqs")
+    tokens = _arg(ctx, "max_num_batched_tokens")
+    profile = ctx.features.get("vllm.profile_run_oom")
+    in_profile = profile is not None and bool(profile.value)
+    mm = ctx.incident.facts_of("vllm_mm_profile")
+    enc_dec = any("multi-modal models" in f.line.text for f in mm)  # V0 encoder-decoder runner
+    items = next((f for f in mm if f.num("items")), None)
+    out: list[Action] = []
+    if enc_dec:
+        target = 16 if seqs is None or seqs > 16 else max(seqs // 2, 1)
+        out.append(
+            Action(
+                text=f"Lower --max-num-seqs to {target} "
+                + (f"(today {seqs})" if seqs else "(vLLM's default is 256)")
+                + ": the V0 "
+                "encoder-decoder profile run builds one dummy multimodal sequence per slot, each "
+                "with images of the maximum size.",
+                flag="--max-num-seqs",
+                direction="lower",
+                value=target,
+                current=seqs,
+            )
+        )
+    how_many = (
+        f" (this run profiled {int(items.num('items') or 0)} {items.text('modality')} items)"
+        if items is not None
+        else ""
+    )
+    pixels = _max_pixels(ctx)
+    model = _model(ctx).lower()
+    if pixels and pixels > 1003520:
+        out.append(
+            Action(
+                text=f"Lower max_pixels (today {pixels:,}) in --mm-processor-kwargs, e.g. "
+                "'{\"max_pixels\": 1003520}' (1280×28×28): the encoder's activations grow with "
+                "the pixels of the largest image, and the profile run uses exactly that size.",
+                flag="--mm-processor-kwargs",
+                direction="set",
+                value='{"max_pixels": 1003520}',
+            )
+        )
+    one_item = items is not None and (items.num("items") or 0) <= 1
+    if not one_item:
+        out.append(
+            Action(
+                text="Profile (and serve) fewer multimodal items: --limit-mm-per-prompt "
+                '\'{"image": 1}\' (add "video"/"audio" as the model takes them); vLLM sizes '
+                f"its profile run by the most items a prompt may carry{how_many}.",
+                flag="--limit-mm-per-prompt",
+                direction="set",
+                value='{"image": 1}',
+            )
+        )
+    if items is not None:
+        out.append(
+            Action(
+                text="Lower --max-num-batched-tokens"
+                + (f" ({tokens} → {tokens // 2})" if tokens else "")
+                + ": it also sets the encoder cache budget, and with it how many items are "
+                "profiled at once.",
+                flag="--max-num-batched-tokens",
+                direction="lower",
+                value=tokens // 2 if tokens else None,
+                current=tokens,
+            )
+        )
+    if not (pixels and pixels > 1003520):
+        size = (
+            "--mm-processor-kwargs '{\"max_pixels\": 1003520}' (1280×28×28 per image)"
+            if "qwen" in model and "vl" in model
+            else "the processor's image-size option (--mm-processor-kwargs, e.g. max_pixels "
+            "for Qwen-VL)"
+        )
+        out.append(
+            Action(
+                text=f"Cap the input size the encoder must handle: {size}, and fewer video frames.",
+                flag="--mm-processor-kwargs",
+                direction="set",
+            )
+        )
+    if in_profile:
+        out.append(
+            Action(
+                text="--gpu-memory-utilization does not help here: the profile run happens before "
+                "the KV cache exists and may use all free memory. Fewer/smaller items, a GPU with "
+                "more memory, or --tensor-parallel-size do.",
+            )
+        )
+    else:
+        out.extend(lower_utilization(ctx)[:1])
+    return out
+
+
+def preemption(ctx: Context) -> list[Action]:
+    stats = ctx.incident.stats
+    u = _u(ctx)
+    return [
+        Action(
+            text=f"vLLM preempted requests {stats.retractions} time(s) for lack of KV cache space "
+            "and recomputed them: graceful, not a crash. If it is frequent, give the KV cache "
+            "more room: raise --gpu-memory-utilization"
+            + (f" (today {u:.2f})" if u is not None else "")
+            + ", lower --max-num-seqs, or shorten --max-model-len.",
+        )
+    ]
+
+
+def weights_do_not_fit(ctx: Context) -> list[Action]:
+    tp = _arg(ctx, "tensor_parallel_size")
+    more = f" (today {tp})" if tp else ""
+    return [
+        Action(
+            text=f"The weights do not fit on one GPU: raise --tensor-parallel-size{more}, load "
+            "quantised weights (--quantization), or offload part of them (--cpu-offload-gb). "
+            "--gpu-memory-utilization only sizes what comes after the weights.",
+        )
+    ]
+
+
+def graph_capture(ctx: Context) -> list[Action]:
+    u = _u(ctx)
+    return [
+        Action(
+            text="CUDA-graph capture ran out outside vLLM's budget: lower "
+            "--gpu-memory-utilization to leave room for the graphs, capture fewer sizes "
+            "(--compilation-config '{\"cudagraph_capture_sizes\": [1, 2, 4, 8, 16, 32]}'), or "
+            "run --enforce-eager.",
+            flag=FLAG,
+            direction="lower",
+            current=u,
+            value=round_down(u - 0.03) if u is not None else None,
+        )
+    ]
+
+
+REGISTRY = {
+    "raise_mem_fraction": raise_utilization,
+    "lower_mem_fraction": lower_utilization,
+    "free_gpu": free_gpu,
+    "reserve_encoder": reserve_encoder,
+    "retraction": preemption,
+    "weights_do_not_fit": weights_do_not_fit,
+    "graph_capture": graph_capture,
+}
