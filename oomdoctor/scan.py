@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 SUB_BLOCK = 1 << 16
+#: Below these the anchors are tested with substring checks instead of a compiled alternation.
+SMALL_INPUT = 256 << 10
+SMALL_LINES = 5000
 STATS_HEADS = (b"Prefill batch", b"Decode batch")
 #: uvicorn access lines (`"POST /generate HTTP/1.1" 200`): frequent, never evidence.
 ACCESS = b" HTTP/1."
@@ -62,17 +65,35 @@ class Scanner:
         if not unique:
             raise ValueError("a scanner needs at least one anchor")
         self.anchors = tuple(unique)
-        self._bytes = re.compile(b"|".join(re.escape(a.encode("utf-8")) for a in unique))
+        self._encoded = tuple(a.encode("utf-8") for a in unique)
+        self._regex: re.Pattern[bytes] | None = None
+        self._tested = 0  # lines tested with substring checks so far
         rare = [a for a in unique if a.encode() not in STATS_HEADS]
         self._stats_boring = not any(a in s for a in rare for s in _BORING_SAMPLES[:2])
         self._access_boring = not any(a in s for a in rare for s in _BORING_SAMPLES[2:])
+
+    # -- the anchor test ---------------------------------------------------------------------
+
+    def _search_for(self, data: bytes) -> Callable[[bytes], object]:
+        """One alternation of every anchor is the fast test, but compiling it costs a few ms, a
+        noticeable part of a short run. Small inputs test lines with substring checks instead;
+        the alternation is compiled once a big block or enough lines come along."""
+        if self._regex is None and (len(data) > SMALL_INPUT or self._tested > SMALL_LINES):
+            self._regex = re.compile(b"|".join(re.escape(a) for a in self._encoded))
+        if self._regex is not None:
+            return self._regex.search
+        return self._contains
+
+    def _contains(self, line: bytes) -> bool | None:
+        self._tested += 1
+        return any(a in line for a in self._encoded) or None
 
     # -- blocks ---------------------------------------------------------------------------
 
     def scan(self, block: bytes) -> BlockScan:
         """Candidates and stats of a block of whole lines (it ends with a newline)."""
         candidates: list[tuple[int, bytes]] = []
-        search = self._bytes.search
+        search = self._search_for(block)
         stats_boring, access_boring = self._stats_boring, self._access_boring
         base = 0  # line index of the current sub-block's first line
         prefill = decode = 0
@@ -130,7 +151,7 @@ class Scanner:
     # -- single lines (normalised text) ------------------------------------------------------
 
     def matches(self, line: bytes) -> bool:
-        return self._bytes.search(line) is not None
+        return self._search_for(line)(line) is not None
 
     def anchors_in(self, text: str) -> set[str]:
         """Which anchors a (decoded, normalised) text contains, overlapping ones included.

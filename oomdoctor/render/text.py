@@ -139,12 +139,40 @@ def _budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
     ]
 
 
+class _Batch:
+    """Collects what the report prints and hands it to rich in a few calls: each print has a
+    fixed cost, and a report is some forty lines. Runs with the same wrapping are joined."""
+
+    def __init__(self, console: Any) -> None:
+        self._console = console
+        self._items: list[tuple[Any, bool]] = []
+
+    def print(self, text: Any = None, soft_wrap: bool = False) -> None:
+        from rich.text import Text
+
+        self._items.append((Text("") if text is None else text, soft_wrap))
+
+    def flush(self) -> None:
+        from rich.text import Text
+
+        run: list[Any] = []
+        mode = False
+        for text, soft in [*self._items, (None, None)]:
+            if run and soft is not mode:
+                self._console.print(Text("\n").join(run), soft_wrap=mode)
+                run = []
+            if text is not None:
+                run.append(text)
+                mode = bool(soft)
+        self._items.clear()
+
+
 def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str:
     from rich.console import Console
     from rich.text import Text
 
     buf = io.StringIO()
-    console = Console(  # every setting given: rich then never probes the terminal or environment
+    rich_console = Console(  # every setting given: rich then never probes the terminal
         file=buf,
         width=width,
         height=50,
@@ -155,6 +183,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
         emoji=False,
         markup=False,
     )
+    console = _Batch(rich_console)
     v = report["verdict"]
     head = Text()
     head.append(f"{v['category']}", style=_STYLE.get(v["category"], "bold"))
@@ -206,4 +235,5 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
         footer += f"; SGLang formats {report['input']['sglang_version']}"
     footer += f"; {report['redactions']} secret(s) redacted"
     console.print(Text(footer, style="dim"))
+    console.flush()
     return buf.getvalue()
