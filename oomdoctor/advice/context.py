@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.features import Feature
-from oomdoctor.model import Budget, Failure, Incident
+from oomdoctor.model import Action, Budget, Failure, Incident
 from oomdoctor.versions import at_least, at_most
 
 if TYPE_CHECKING:
@@ -83,3 +83,18 @@ class Context(NamedTuple):
     def margin(self) -> float:
         dynamic = self.budget.dynamic_gib or 0.0
         return max(MARGIN_MIN_GIB, MARGIN_SHARE * dynamic)
+
+
+def halve(flag: str, current: int | None, why: str, example: int | None = None) -> Action:
+    """`Lower FLAG (N → N/2): why`, or `(e.g. X)` when the log does not say today's value."""
+    if current:
+        new = max(current // 2, 1)
+        return Action(
+            text=f"Lower {flag} ({current} → {new}): {why}",
+            flag=flag,
+            direction="lower",
+            value=new,
+            current=current,
+        )
+    hint = f" (e.g. {example})" if example else ""
+    return Action(text=f"Lower {flag}{hint}: {why}", flag=flag, direction="lower", value=example)

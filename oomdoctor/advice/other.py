@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from oomdoctor import holders
-from oomdoctor.advice.context import Context
+from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.fraction import lower_action, raise_fraction
 from oomdoctor.budget import GIB, round_down, runtime_spare
 from oomdoctor.features import server_pids, sibling_pids
@@ -156,13 +156,8 @@ def kv_slots(ctx: Context) -> list[Action]:
         running = ctx.arg_int("max_running_requests")
         if running:
             out.append(
-                Action(
-                    text=f"Lower --max-running-requests ({running} → {max(running // 2, 1)}) so "
-                    "admission leaves slots for decoding.",
-                    flag="--max-running-requests",
-                    direction="lower",
-                    value=max(running // 2, 1),
-                    current=running,
+                halve(
+                    "--max-running-requests", running, "admission then leaves slots for decoding."
                 )
             )
         out.append(

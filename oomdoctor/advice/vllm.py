@@ -11,7 +11,7 @@ weights, activations and the KV cache together, so the directions are:
 
 from __future__ import annotations
 
-from oomdoctor.advice.context import Context
+from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.other import message_holders, snapshot_holders
 from oomdoctor.budget import GIB, round_down, round_up
 from oomdoctor.model import Action
@@ -225,35 +225,20 @@ def _batch_levers(ctx: Context) -> list[Action]:
     out: list[Action] = []
     tokens = _arg(ctx, "max_num_batched_tokens")
     seqs = _arg(ctx, "max_num_seqs")
-    if tokens:
-        out.append(
-            Action(
-                text=f"Halve --max-num-batched-tokens ({tokens} → {tokens // 2}): the activation "
-                "peak of a forward grows with the tokens it carries.",
-                flag="--max-num-batched-tokens",
-                direction="lower",
-                value=tokens // 2,
-                current=tokens,
-            )
+    out.append(
+        halve(
+            "--max-num-batched-tokens",
+            tokens,
+            "the activation peak of a forward grows with the tokens it carries.",
+            example=4096,
         )
-    else:
-        out.append(
-            Action(
-                text="Lower --max-num-batched-tokens (e.g. 4096): the activation peak of a forward "
-                "grows with the tokens it carries.",
-                flag="--max-num-batched-tokens",
-                direction="lower",
-            )
-        )
+    )
     if seqs:
         out.append(
-            Action(
-                text=f"Lower --max-num-seqs ({seqs} → {max(seqs // 2, 1)}): fewer sequences per "
-                "step, smaller sampler and logits buffers.",
-                flag="--max-num-seqs",
-                direction="lower",
-                value=max(seqs // 2, 1),
-                current=seqs,
+            halve(
+                "--max-num-seqs",
+                seqs,
+                "fewer sequences per step, smaller sampler and logits buffers.",
             )
         )
     graph = ctx.budget.graph_gib
