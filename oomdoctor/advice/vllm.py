@@ -77,8 +77,8 @@ def raise_utilization(ctx: Context) -> list[Action]:
                     f"{_fmt(b.u_max)} ({b.u_max_basis})",
                 )
             )
-    elif u is not None and kv is not None:
-        missing = max((b.kv_needed_gib or 0.0) - kv, -kv, 0.0)
+    elif u is not None and kv is not None and max((b.kv_needed_gib or 0.0) - kv, -kv) > 0.005:
+        missing = max((b.kv_needed_gib or 0.0) - kv, -kv)
         extra = "" if b.kv_needed_gib else " plus room for the requests themselves"
         out.append(
             Action(
@@ -139,8 +139,9 @@ def _shorter_context(ctx: Context) -> list[Action]:
     if isinstance(estimated, int) and estimated > 0:
         return [
             Action(
-                text=f"Or cap --max-model-len at {estimated:,} (today {length or 'the model default'}"
-                "): vLLM's own estimate of the longest request this KV cache can hold.",
+                text=f"Or cap --max-model-len at {estimated:,} (today "
+                + (f"{length:,}" if length else "the model's default")
+                + "): vLLM's own estimate of the longest request this KV cache can hold.",
                 flag="--max-model-len",
                 direction="lower",
                 value=estimated,
