@@ -150,9 +150,6 @@ class Scanner:
 
     # -- single lines (normalised text) ------------------------------------------------------
 
-    def matches(self, line: bytes) -> bool:
-        return self._search_for(line)(line) is not None
-
     def anchors_in(self, text: str) -> set[str]:
         """Which anchors a (decoded, normalised) text contains, overlapping ones included.
 
