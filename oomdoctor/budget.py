@@ -125,14 +125,20 @@ def fraction(incident: Incident) -> Fraction | None:
     return found
 
 
-def _from_kv_line(incident: Incident) -> Fraction | None:
-    """No line prints y: the rank that printed pre, post and its KV pool says what y was."""
+def _y_used(incident: Incident) -> float | None:
+    """y in effect = 1 − (post − KV logged)/pre, from the first rank that printed all three."""
     for r in incident.ranks:
         if r.pre is None or r.post is None or r.kv_logged is None or r.pre.value <= 0:
             continue
-        y = 1.0 - (r.post.value - r.kv_logged.value - _mm_reserve(incident)) / r.pre.value
-        if 0 < y < 1:
-            return Fraction(round(y, 3), "derived from the KV line: 1 − (post − KV)/pre")
+        return 1.0 - (r.post.value - r.kv_logged.value - _mm_reserve(incident)) / r.pre.value
+    return None
+
+
+def _from_kv_line(incident: Incident) -> Fraction | None:
+    """No line prints y: the rank that printed pre, post and its KV pool says what y was."""
+    y = _y_used(incident)
+    if y is not None and 0 < y < 1:
+        return Fraction(round(y, 3), "derived from the KV line: 1 − (post − KV)/pre")
     return None
 
 
@@ -144,26 +150,21 @@ _SILENT_FACTORS = ((0.90, "0.4.6 multimodal"), (0.95, "0.3.6 multimodal"), (0.85
 def _silent_factor(incident: Incident, printed: Fraction) -> Fraction | None:
     """The fraction really used when the KV line only fits a known post-print factor.
 
-    y in effect = 1 − (post − KV logged)/pre on the rank that printed all three; when that equals
-    printed × factor (to within the rounding of the printed GB), SGLang applied the factor even
-    though no line said so (an excerpt that starts after the adjustment line, or a silent one).
+    When the y the KV line implies equals printed × factor (to within the rounding of the printed
+    GB), SGLang applied the factor even though no line said so (an excerpt that starts after the
+    adjustment line, or a silent one).
     """
-    for r in incident.ranks:
-        if r.pre is None or r.post is None or r.kv_logged is None or r.pre.value <= 0:
-            continue
-        reserve = _mm_reserve(incident)
-        y_used = 1.0 - (r.post.value - r.kv_logged.value - reserve) / r.pre.value
-        if abs(y_used - printed.value) < 0.004:
-            return None  # the printed value is the one used
-        for factor, why in _SILENT_FACTORS:
-            if abs(y_used - printed.value * factor) < 0.004:
-                return Fraction(
-                    round(printed.value * factor, 4),
-                    f"server_args × {factor} ({why}; the KV line fits only this value)",
-                    factor,
-                    why,
-                )
-        return None
+    y_used = _y_used(incident)
+    if y_used is None or abs(y_used - printed.value) < 0.004:
+        return None  # no KV line, or the printed value is the one used
+    for factor, why in _SILENT_FACTORS:
+        if abs(y_used - printed.value * factor) < 0.004:
+            return Fraction(
+                round(printed.value * factor, 4),
+                f"server_args × {factor} ({why}; the KV line fits only this value)",
+                factor,
+                why,
+            )
     return None
 
 

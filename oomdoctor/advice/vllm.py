@@ -31,11 +31,6 @@ def _fmt(u: float | None) -> str:
     return "unknown" if u is None else f"{u:.2f}"
 
 
-def _arg(ctx: Context, name: str) -> int | None:
-    value = ctx.incident.server_args.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _kv_tokens_at(ctx: Context, kv_gib: float) -> str:
     bpt = ctx.budget.bytes_per_token
     if not bpt or kv_gib <= 0:
@@ -224,8 +219,8 @@ def lower_utilization(ctx: Context) -> list[Action]:
 
 def _batch_levers(ctx: Context) -> list[Action]:
     out: list[Action] = []
-    tokens = _arg(ctx, "max_num_batched_tokens")
-    seqs = _arg(ctx, "max_num_seqs")
+    tokens = ctx.arg_int("max_num_batched_tokens")
+    seqs = ctx.arg_int("max_num_seqs")
     out.append(
         halve(
             "--max-num-batched-tokens",
@@ -334,8 +329,8 @@ def _max_pixels(ctx: Context) -> int | None:
 
 def reserve_encoder(ctx: Context) -> list[Action]:
     """A multimodal encoder ran out, usually in the startup profile run with dummy items."""
-    seqs = _arg(ctx, "max_num_seqs")
-    tokens = _arg(ctx, "max_num_batched_tokens")
+    seqs = ctx.arg_int("max_num_seqs")
+    tokens = ctx.arg_int("max_num_batched_tokens")
     profile = ctx.features.get("vllm.profile_run_oom")
     in_profile = profile is not None and bool(profile.value)
     mm = ctx.incident.facts_of("vllm_mm_profile")
@@ -442,7 +437,7 @@ def preemption(ctx: Context) -> list[Action]:
 
 
 def weights_do_not_fit(ctx: Context) -> list[Action]:
-    tp = _arg(ctx, "tensor_parallel_size")
+    tp = ctx.arg_int("tensor_parallel_size")
     more = f" (today {tp})" if tp else ""
     return [
         Action(
