@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -12,6 +13,11 @@ from oomdoctor.scan import Scanner
 
 #: Evidence text is kept to this many characters; the parsers see the whole line.
 MAX_EVIDENCE = 2000
+#: A process prefix in the middle of a line: a tqdm bar that lost its `\r` runs straight into the
+#: next record (`... 79.11it/s](EngineCore_DP0 pid=10311) ERROR ...`). The line is split there.
+_EMBEDDED_PREFIX = re.compile(
+    r"(?<=[^\s(])(?=\((?:[A-Za-z][\w.\-]*(?: rank=\d+)?) pid=\d+(?:, ip=[^)]*)?\) )"
+)
 
 
 class Matcher(Protocol):
@@ -24,6 +30,19 @@ class Matcher(Protocol):
     def anchors(self) -> tuple[str, ...]: ...
 
     def match(self, text: str) -> Mapping[str, Scalar] | None: ...
+
+
+class MarkerMatcher:
+    """Lines that carry knowledge (engine markers, site and phase marks) become ``marker`` facts,
+    so the assembler sees them even when no signature matches; it reads the marks itself."""
+
+    kind = "marker"
+
+    def __init__(self, anchors: Sequence[str]) -> None:
+        self.anchors = tuple(anchors)
+
+    def match(self, text: str) -> Mapping[str, Scalar] | None:
+        return {}
 
 
 class SignatureMatcher:
@@ -84,7 +103,9 @@ class Extractor:
         """For each candidate line (or ``\\r`` segment) that yields facts: the line and its facts."""
         for number, data in candidates:
             raw = data.decode("utf-8", "replace")
-            segments = raw.split("\r") if "\r" in raw else (raw,)
+            segments = raw.split("\r") if "\r" in raw else [raw]
+            if "pid=" in raw:
+                segments = [p for seg in segments for p in _EMBEDDED_PREFIX.split(seg)]
             for index, segment in enumerate(segments):
                 if not segment or (len(segments) > 1 and not self.scanner.has_anchor(segment)):
                     continue
@@ -116,6 +137,9 @@ class Extractor:
             ts=env.ts if env.enveloped else (env.ts or stream.ts),
             actor_pid=env.actor_pid,
             level=env.level,
+            style=env.style,
+            actor=env.actor,
+            logger=env.logger,
         )
         candidates = {id(m): m for a in anchors for m in self._by_anchor.get(a, ())}
         facts: list[Fact] = []

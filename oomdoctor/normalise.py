@@ -21,6 +21,10 @@ _KUBECTL_TS = re.compile(
 _KUBECTL_PREFIX = re.compile(r"^\[pod/[^\]\s]+\]\s")
 _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|(?: |$)")
 _RAY = re.compile(r"^\((?P<actor>[\w.\-]+(?: [\w.\-=]+)*?) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
+#: torch.distributed's elastic agent prefixes every line of a rank: `[rank0]: `.
+_TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
+#: Buildkite and similar CI viewers: `[2026-02-24T20:21:58Z] `.
+_CI_TS = re.compile(r"^\[(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z?)\]\s")
 #: vLLM worker prefixes name their rank: `(VllmWorker TP1 pid=N)`, `(VllmWorker PP0_TP1 pid=N)`,
 #: `(VllmWorker rank=1 pid=N)`.
 _ACTOR_RANK = re.compile(r"(?<![A-Za-z0-9])(?:(?P<pp>PP\d+)_)?(?P<tp>TP\d+)\b|\brank=(?P<n>\d+)")
@@ -33,6 +37,9 @@ _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _SGLANG = re.compile(
     r"^\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(?P<ms>\d{3}))?"
     r"(?P<tags>(?: (?:[A-Z_]+-?\d+|encode_server|encode_dp_worker\[\d+\]))*)\] ?"
+)
+_SGLANG_TIME = re.compile(  # 0.2.14 - 0.3.2: time only (also what a trimmed paste leaves)
+    r"^\[(?P<ts>\d{2}:\d{2}:\d{2})(?:\.(?P<ms>\d{3}))?(?P<tags>(?: [A-Z_]+-?\d+)*)\] ?"
 )
 _SGLANG_NOYEAR = re.compile(  # sglang/multimodal_gen: datefmt without the year
     r"^\[(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?P<tags>(?: [A-Z_]+-?\d+)*)\] ?"
@@ -49,7 +56,29 @@ _PYLOG = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[
 _ISO_LEVEL = re.compile(  # generic "2025-01-01 12:00:00[.,]123 LEVEL ..." / "... | LEVEL | ..."
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)\s*(?:\|\s*)?"
     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s*(?:\|\s*)?(?:[\w.\-]+:\d+\s*(?:-\s*)?)?"
+    r"(?:(?:stdout|stderr)\s*\|\s*)?"  # FastChat: `... | ERROR | stderr | `
 )
+#: `2026-05-20 00:55:15,994 xinference.core.worker 155 ERROR    msg` (logger, pid, level).
+_ISO_LOGGER = re.compile(
+    r"^(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?) (?P<logger>[A-Za-z_][\w.\-]*)"
+    r"(?: \d+)? (?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
+)
+#: c10's C++ logger (pytorch-oom.md §5.5), after any `[rankN]:`: `[W812 16:00:28.64 file.cpp:N] `.
+_TORCH_CPP = re.compile(
+    r"^\[(?P<sev>[IWEF])(?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)? (?P<src>[\w.\-]+:\d+)\] ?"
+)
+#: Python's glog-style torch logging: `W1223 23:34:22.775000 1116 torch/utils/x.py:2425] `.
+_GLOG = re.compile(r"^(?P<sev>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ (?P<src>[\w./\-]+:\d+)\] ?")
+#: torch_npu's error trailer: `[ERROR] 2026-01-07-02:38:42 (PID:1, Device:0, RankID:-1) `.
+_ASCEND = re.compile(
+    r"^\[(?P<level>ERROR|WARN|WARNING|INFO|DEBUG|EVENT)\] (?P<ts>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})"
+    r" \(PID:\d+, Device:-?\d+, RankID:(?P<rank>-?\d+)\) "
+)
+#: A vLLM header whose start was cut off in a paste: `[multiproc_executor.py:492] msg`.
+_VLLM_CUT = re.compile(r"^\[(?P<src>[\w.\-]+\.py:\d+)\] ")
+_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
+#: Loggers that make an Omni-format line an SGLang (Omni) line.
+_SGLANG_LOGGERS = ("sglang_omni", "stage_workers", "sglang.")
 _TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(-?\d+)")
 
 
@@ -61,6 +90,8 @@ class Envelope(NamedTuple):
     level: str | None = None
     logger: str | None = None
     enveloped: bool = False  # an inner logger envelope was found (a record starts here)
+    style: str | None = None  # which envelope (knowledge/engines.toml lists the styles)
+    actor: str | None = None  # the process name of a `(Name pid=N)` prefix
 
 
 def clean(raw: str) -> str:
@@ -73,38 +104,57 @@ def clean(raw: str) -> str:
 def normalise(raw: str) -> Envelope:
     """Split one physical line into its message and the envelope facts around it."""
     text = clean(raw).rstrip("\n")
-    outer_ts: str | None = None
-    actor_pid: int | None = None
-    actor_rank: str | None = None
-    for _ in range(6):  # outer prefixes nest at most a few deep
+    outer = _Outer()
+    for _ in range(8):  # outer prefixes nest at most a few deep
         before = text
-        m = _KUBECTL_TS.match(text)
+        text = outer.peel(text)
+        if text == before:
+            break
+    if "[repeated" in text:
+        text = _RAY_REPEAT.sub("", text)
+    return _inner(text, outer)
+
+
+class _Outer:
+    """What the collector prefixes said (the first timestamp and the innermost actor win)."""
+
+    __slots__ = ("actor", "actor_pid", "actor_rank", "ts")
+
+    def __init__(self) -> None:
+        self.ts: str | None = None
+        self.actor_pid: int | None = None
+        self.actor: str | None = None
+        self.actor_rank: str | None = None
+
+    def peel(self, text: str) -> str:
+        m = _KUBECTL_TS.match(text) or _CI_TS.match(text)
         if m:
-            outer_ts = outer_ts or m.group("ts")
+            self.ts = self.ts or m.group("ts").replace("T", " ").rstrip("Z")
             text = text[m.end() :]
         m = _KUBECTL_PREFIX.match(text)
         if m:
             text = text[m.end() :]
         m = _JOURNALD.match(text)
         if m:
-            outer_ts = outer_ts or m.group("ts")
+            self.ts = self.ts or m.group("ts")
             text = text[m.end() :]
         m = _COMPOSE.match(text)
         if m:
             text = text[m.end() :]
         m = _RAY.match(text)
         if m:
-            actor_pid = int(m.group("pid"))
-            actor_rank = actor_rank or _actor_rank(m.group("actor"))
+            self.actor_pid = int(m.group("pid"))
+            self.actor = m.group("actor")
+            self.actor_rank = _actor_rank(m.group("actor")) or self.actor_rank
+            text = text[m.end() :]
+        m = _TORCH_RANK.match(text)
+        if m:
+            self.actor_rank = self.actor_rank or f"TP{m.group('rank')}"
             text = text[m.end() :]
         m = _QUOTE.match(text)
         if m:
             text = text[m.end() :]
-        if text == before:
-            break
-    if "[repeated" in text:
-        text = _RAY_REPEAT.sub("", text)
-    return _inner(text, outer_ts, actor_pid, actor_rank)
+        return text
 
 
 def _actor_rank(actor: str) -> str | None:
@@ -118,56 +168,96 @@ def _actor_rank(actor: str) -> str | None:
     return f"{m.group('pp')} {m.group('tp')}" if m.group("pp") else m.group("tp")
 
 
-def _inner(
-    text: str, outer_ts: str | None, actor_pid: int | None, actor_rank: str | None = None
+def _env(
+    text: str,
+    outer: _Outer,
+    style: str | None,
+    rank: str | None = None,
+    ts: str | None = None,
+    level: str | None = None,
+    logger: str | None = None,
 ) -> Envelope:
+    """An Envelope with the outer prefixes' facts; ``style`` None means no logger envelope."""
+    return Envelope(
+        text=text,
+        rank=rank or outer.actor_rank,
+        ts=ts or outer.ts,
+        actor_pid=outer.actor_pid,
+        level=level,
+        logger=logger,
+        enveloped=style is not None,
+        style=style,
+        actor=outer.actor,
+    )
+
+
+def _inner(text: str, outer: _Outer) -> Envelope:
     first = text[:1]
     if first == "[":
         m = _SGLANG.match(text) or _SGLANG_NOYEAR.match(text)
+        style = "sglang"
+        if m is None:
+            m = _SGLANG_TIME.match(text)
+            style = "sglang-time"
         if m:
-            ts = m.group("ts")
-            ms = m.groupdict().get("ms")
-            return Envelope(
-                text=text[m.end() :],
-                rank=_rank(m.group("tags")) or actor_rank,
-                ts=f"{ts}.{ms}" if ms else ts,
-                actor_pid=actor_pid,
-                enveloped=True,
+            ts, ms = m.group("ts"), m.groupdict().get("ms")
+            stamp = f"{ts}.{ms}" if ms else ts
+            return _env(text[m.end() :], outer, style, _rank(m.group("tags")), stamp)
+        m = _TORCH_CPP.match(text)
+        if m:
+            return _env(text[m.end() :], outer, "torch-cpp", level=_LEVELS[m.group("sev")])
+        m = _ASCEND.match(text)
+        if m:
+            rank = int(m.group("rank"))
+            return _env(
+                text[m.end() :],
+                outer,
+                "ascend",
+                rank=f"TP{rank}" if rank >= 0 else None,
+                ts=m.group("ts"),
+                level=m.group("level"),
             )
+        m = _VLLM_CUT.match(text)
+        if m:
+            return _env(text[m.end() :], outer, "vllm")
     elif first.isdigit():
         m = _OMNI.match(text)
         if m:
-            return Envelope(
-                text=text[m.end() :],
-                ts=f"{m.group('ts')}.{m.group('ms')}",
-                actor_pid=actor_pid,
-                level=m.group("level"),
-                logger=m.group("logger"),
-                enveloped=True,
+            logger = m.group("logger")
+            style = "omni-sglang" if logger.startswith(_SGLANG_LOGGERS) else "omni"
+            stamp = f"{m.group('ts')}.{m.group('ms')}"
+            return _env(
+                text[m.end() :], outer, style, ts=stamp, level=m.group("level"), logger=logger
             )
-        m = _ISO_LEVEL.match(text)
+        m = _ISO_LEVEL.match(text) or _ISO_LOGGER.match(text)
         if m:
-            return Envelope(
-                text=text[m.end() :],
+            return _env(
+                text[m.end() :],
+                outer,
+                "iso",
                 ts=m.group("ts"),
-                actor_pid=actor_pid,
                 level=m.group("level"),
-                enveloped=True,
+                logger=m.groupdict().get("logger"),
             )
-    elif first in "DIWEC":
+    elif first in "DIWECF":
         m = _VLLM.match(text) or _PYLOG.match(text)
+        style = "pylog"
+        if m is not None and m.re is _VLLM:
+            style = "vllm" if "[" in text[: m.end()] else "vllm-old"
+        if m is None:
+            m = _GLOG.match(text)
+            style = "glog"
         if m:
             gd = m.groupdict()
-            return Envelope(
-                text=text[m.end() :],
-                rank=actor_rank,
-                ts=gd.get("ts") or outer_ts,
-                actor_pid=actor_pid,
-                level=gd.get("level"),
+            return _env(
+                text[m.end() :],
+                outer,
+                style,
+                ts=gd.get("ts"),
+                level=gd.get("level") or _LEVELS.get(gd.get("sev") or ""),
                 logger=gd.get("logger"),
-                enveloped=True,
             )
-    return Envelope(text=text, rank=actor_rank, ts=outer_ts, actor_pid=actor_pid)
+    return _env(text, outer, None)
 
 
 def _rank(tags: str) -> str | None:

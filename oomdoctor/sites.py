@@ -1,108 +1,68 @@
-"""Where in SGLang an allocation failed, read from the traceback frames.
+"""Where an allocation failed and in which phase, read from a traceback with the marks of
+knowledge/sites.toml.
 
-The most specific site wins: a ViT forward runs inside the model forward, and a graph capture
-runs a forward too, so encoder and capture frames outrank the generic forward ones.
+The most specific site wins: the table lists them in precedence order (a ViT forward runs inside
+the model forward, and a graph capture runs a forward too, so encoder and capture frames outrank
+the generic forward ones).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from oomdoctor.knowledge import Knowledge, Marks, builtin
 from oomdoctor.model import Frame
 
-# (site, substrings of "path:function" that mark it), in precedence order.
-_SITES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "weights",
-        (
-            "model_loader/",
-            ":load_model",
-            ":load_weights",
-            ":weight_loader",
-            "weight_utils.py:",
-            ":load_weights_and_postprocess",
-        ),
-    ),
-    (
-        "kv_pool",
-        (
-            "memory_pool.py:",
-            ":_create_buffers",
-            ":init_memory_pool",
-            "kv_cache_configurator.py:",
-            "pool_configurator.py:",
-            ":init_kv_cache",
-        ),
-    ),
-    (
-        "graph_capture",  # capturing only: replaying a captured graph is an ordinary forward
-        (
-            ":capture",
-            ":init_cuda_graphs",
-            ":init_device_graphs",
-            ":init_piecewise_cuda_graphs",
-            "graph_runner.py:__init__",
-        ),
-    ),
-    (
-        "encoder",
-        (
-            "mm_utils.py:",
-            ":general_mm_embed_routine",
-            ":embed_mm_inputs",
-            ":get_image_feature",
-            ":get_video_feature",
-            ":get_audio_feature",
-            "vision_tower",
-            "audio_tower",
-            "image_encoder",
-            "audio_encoder",
-            ":encode_images",
-            "/vision",
-            "code2wav",
-            "vocoder",
-            "_asr",
-            "/asr",
-            ":batch_image_encoder_payloads",
-            ":batch_audio_encoder_payloads",
-            ":run_single_encoder_payload",
-        ),
-    ),
-    ("logits", ("logits_processor.py:", ":_get_logits", ":compute_logprobs")),
-    ("sampling", ("sampler.py:",)),
-    (
-        "comm",
-        (
-            "pynccl",
-            ":all_reduce",
-            "custom_all_reduce",
-            ":init_distributed_environment",
-            "symm_mem",
-            "deepep",
-        ),
-    ),
-    (
-        "forward",
-        (
-            ":forward_extend",
-            ":forward_decode",
-            ":run_batch",
-            ":forward_batch_generation",
-            ":forward_thread_func",
-            "model_runner.py:forward",
-            ":forward_idle",
-            "/layers/",
-            "/models/",
-        ),
-    ),
-)
+
+def _probe(frame: Frame) -> str:
+    """``path:function``, with only the last dotted part of a qualified (IPython) name."""
+    return f"{frame.path}:{frame.func.rsplit('.', 1)[-1]}"
 
 
-def classify(frames: Sequence[Frame]) -> tuple[str, Frame | None]:
-    """The site of the most specific work named in a traceback (or ``unknown``), and its frame."""
-    probes = [f"{f.path}:{f.func}" for f in frames]
-    for site, marks in _SITES:
+def _frame_match(marks: Marks, frame: Frame, probe: str) -> bool:
+    if any(mark in probe for mark in marks.frames):
+        return True
+    return bool(frame.code) and any(mark in frame.code for mark in marks.code)
+
+
+def _text_match(marks: Marks, texts: Sequence[str]) -> bool:
+    return any(mark in text for mark in marks.text for text in texts)
+
+
+def classify(
+    frames: Sequence[Frame],
+    knowledge: Knowledge | None = None,
+    texts: Sequence[str] = (),
+    stages: Sequence[str] = (),
+) -> tuple[str, Frame | None]:
+    """The site of the most specific work a failure names (or ``unknown``), and its frame.
+
+    ``texts`` are the failure line and the wrapper line that opened its traceback; ``stages`` the
+    names of the pipeline stage the failure happened in (SGLang Omni, vLLM-Omni).
+    """
+    table = (knowledge or builtin()).sites
+    probes = [_probe(f) for f in frames]
+    for marks in table:
         for frame, probe in zip(frames, probes, strict=False):
-            if any(mark in probe for mark in marks):
-                return site, frame
+            if _frame_match(marks, frame, probe):
+                return marks.name, frame
+        if _text_match(marks, texts):
+            return marks.name, None
+        if any(p.search(stage) for p in marks.stages for stage in stages if stage):
+            return marks.name, None
     return "unknown", None
+
+
+def phase_of(
+    frames: Sequence[Frame], knowledge: Knowledge | None = None, texts: Sequence[str] = ()
+) -> str | None:
+    """``startup`` when any frame or text has a startup mark, else ``running`` for a serving
+    loop's mark, else None (the traceback does not say)."""
+    table = (knowledge or builtin()).phases
+    probes = [_probe(f) for f in frames]
+    for marks in table:
+        if any(_frame_match(marks, f, p) for f, p in zip(frames, probes, strict=False)):
+            return marks.name
+        if _text_match(marks, texts):
+            return marks.name
+    return None
