@@ -26,19 +26,36 @@ def _fail(message: str, hint: str | None = None, code: int = EXIT_INPUT) -> NoRe
 
 
 def _load_rules(rule_dirs: tuple[str, ...]) -> Any:
-    from oomdoctor.pipeline import load_rules
+    return _load(rule_dirs)[0]
+
+
+def _load(rule_dirs: tuple[str, ...]) -> tuple[Any, Any]:
+    """The rules and the knowledge tables (engine markers, site marks) of the built-in set plus
+    the user's directories; every problem in every file is reported before failing."""
+    from oomdoctor.knowledge import KnowledgeError
+    from oomdoctor.pipeline import load_knowledge, load_rules
     from oomdoctor.rules import RuleError
 
+    dirs = [Path(d) for d in rule_dirs]
+    problems: list[str] = []
+    rules = knowledge = None
     try:
-        return load_rules([Path(d) for d in rule_dirs])
+        rules = load_rules(dirs)
     except RuleError as exc:
-        for problem in exc.problems:
+        problems.extend(exc.problems)
+    try:
+        knowledge = load_knowledge(dirs)
+    except KnowledgeError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        for problem in problems:
             click.echo(f"oomdoctor: {problem}", err=True)
         _fail(
-            f"{len(exc.problems)} problem(s) in rule files",
+            f"{len(problems)} problem(s) in rule files",
             "each rule file is documented in README.md (Writing a rule); "
             "`oomdoctor rules features` lists the names conditions can use",
         )
+    return rules, knowledge
 
 
 def _write(text: str, output: str | None) -> None:
@@ -156,7 +173,7 @@ def diagnose(
         )
     if names.count("-") > 1:
         _fail("standard input (-) can be read only once", code=EXIT_USAGE)
-    rules = _load_rules(rule_dirs)
+    rules, knowledge = _load(rule_dirs)
 
     from oomdoctor import pipeline
     from oomdoctor.model import OOM_CATEGORIES
@@ -165,6 +182,7 @@ def diagnose(
     if follow:
         _follow(
             rules,
+            knowledge,
             fmt,
             output,
             no_redact,
@@ -189,6 +207,7 @@ def diagnose(
             gpu=gpu,
             cuda_visible_devices=cuda_visible_devices,
             engine_override=None if engine == "auto" else engine,
+            knowledge=knowledge,
         )
     except InputError as exc:
         _fail(str(exc), "give a readable log file, a .gz file, or - for standard input")
@@ -267,6 +286,7 @@ def _after_capture(capture: Any, snapshots: tuple[str, ...], no_gpu: bool) -> An
 
 def _follow(
     rules: Any,
+    knowledge: Any,
     fmt: str,
     output: str | None,
     no_redact: bool,
@@ -284,7 +304,7 @@ def _follow(
     from oomdoctor.watch import Capture
 
     capture = Capture(_live_snapshotter(no_gpu, snapshots))
-    parser = pipeline.stream_parser(rules, "<stdin>", capture.crashed)
+    parser = pipeline.stream_parser(rules, "<stdin>", capture.crashed, knowledge)
     fd = sys.stdin.fileno()
     out = sys.stdout.fileno()
     while True:
@@ -381,9 +401,11 @@ def watch(
         _fail(
             "no command to run", "oomdoctor watch -- python -m sglang.launch_server ...", EXIT_USAGE
         )
-    rules = _load_rules(rule_dirs)
+    rules, knowledge = _load(rule_dirs)
     capture = Capture(_live_snapshotter(no_gpu, ()))
-    parser = pipeline.stream_parser(rules, log_path or "<server output>", capture.crashed)
+    parser = pipeline.stream_parser(
+        rules, log_path or "<server output>", capture.crashed, knowledge
+    )
     log = None
     if log_path:
         try:
@@ -682,10 +704,10 @@ def rules_test(rule_dir: str | None) -> None:
     """Check every rule (built-in, plus DIR's) fires on its fixtures and stays silent on its confusers."""
     from oomdoctor.ruletest import check_rules
 
-    loaded = _load_rules((rule_dir,) if rule_dir else ())
+    loaded, knowledge = _load((rule_dir,) if rule_dir else ())
     selected = [r for r in loaded if rule_dir is None or Path(rule_dir).resolve() in r.path.parents]
     failures = 0
-    for result in check_rules(selected, loaded):
+    for result in check_rules(selected, loaded, knowledge):
         status = "ok  " if result.ok else "FAIL"
         failures += not result.ok
         click.echo(f"{status} {result.rule:<28} {result.expect:<6} {result.fixture}")
@@ -693,6 +715,25 @@ def rules_test(rule_dir: str | None) -> None:
             click.echo(f"     {result.detail}")
     click.echo(f"{failures} failure(s)")
     sys.exit(EXIT_OOM if failures else EXIT_OK)
+
+
+@rules.command("markers")
+@click.option("--rules", "rule_dirs", multiple=True, metavar="DIR", help="Add the markers in DIR.")
+def rules_markers(rule_dirs: tuple[str, ...]) -> None:
+    """The knowledge tables: how the engine is told from a line, and the site and phase marks."""
+    knowledge = _load(rule_dirs)[1]
+    lines = ["engine markers (engine, where, match):"]
+    for m in knowledge.markers:
+        role = f" [{m.role}]" if m.role else ""
+        lines.append(f"  {m.engine:<18} {m.where:<8} {m.match}{role}")
+    for title, table in (("sites", knowledge.sites), ("phases", knowledge.phases)):
+        lines.append(f"{title} (in precedence order):")
+        for marks in table:
+            parts = [*marks.frames, *(f"code {c}" for c in marks.code)]
+            parts += [f"text {t}" for t in marks.text]
+            parts += [f"stage /{s.pattern}/" for s in marks.stages]
+            lines.append(f"  {marks.name:<14} " + ", ".join(parts))
+    click.echo("\n".join(lines))
 
 
 @rules.command("features")

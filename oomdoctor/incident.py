@@ -1,7 +1,9 @@
-"""Assemble facts into an incident: launches, per-rank checkpoints, tracebacks, failures.
+"""Assemble facts into an incident: launches, per-rank (and per-stage) checkpoints, tracebacks,
+failures, and the engine that printed it all.
 
 State is bounded: per-kind fact lists are capped, stats lines are summarised as they pass, and a
-log with several launches keeps only the launch that failed last (or the last one).
+log with several launches keeps only the launch that failed last (or the last one). Nothing here
+depends on having seen the startup: an excerpt that starts mid-traceback is read the same way.
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from oomdoctor import pytorch_oom, sites
-from oomdoctor.kinds import BARE_OOM_FORMS, FAILURE_KINDS, OOM_KINDS, STARTUP_KINDS
+from oomdoctor.detect import Detector
+from oomdoctor.kinds import (
+    BARE_OOM_FORMS,
+    CONSEQUENCE_KINDS,
+    FAILURE_KINDS,
+    MEMORY_KINDS,
+    OOM_KINDS,
+    STARTUP_KINDS,
+)
+from oomdoctor.knowledge import Knowledge, builtin
 from oomdoctor.model import (
     Fact,
     Failure,
@@ -26,15 +37,15 @@ from oomdoctor.model import (
 )
 from oomdoctor.scan import StatsBlock
 from oomdoctor.signatures.startup import parse_pairs, parse_server_args
+from oomdoctor.stages import line_stage
 from oomdoctor.timeline import TimelineBuilder
+from oomdoctor.tracebacks import Stream
 from oomdoctor.versions import VersionTracker
 
 MAX_FACTS_PER_KIND = 40
-MAX_FRAMES = 120
 MAX_FAILURES = 200
 OOM_CONTINUATION_LINES = 8
 
-_CHECKPOINTS = ("load_begin", "load_end", "kv_allocated", "pool_end", "graph_begin", "graph_end")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -43,10 +54,13 @@ class _RankState:
     rank: str
     values: dict[str, Measured] = field(default_factory=dict)
     last_checkpoint: str | None = None
+    stage: str | None = None
+    gpu: int | None = None
+    fraction: float | None = None
 
 
 @dataclass
-class _FailureBuilder:
+class FailureBuilder:
     kind: str
     line: Line
     message: str
@@ -55,8 +69,10 @@ class _FailureBuilder:
     site: str
     phase: str
     oom: OomMessage | None = None
-    oom_text: str | None = None  # kept while a wrapped OOM message may still continue
     data: dict[str, Scalar] = field(default_factory=dict)
+    site_frame: Frame | None = None
+    opener: Line | None = None
+    stage: str | None = None
 
     def freeze(self) -> Failure:
         return Failure(
@@ -69,19 +85,10 @@ class _FailureBuilder:
             site=self.site,
             phase=self.phase,
             data=dict(self.data),
+            site_frame=self.site_frame,
+            opener=self.opener,
+            stage=self.stage,
         )
-
-
-@dataclass
-class _Stream:
-    frames: list[Frame] = field(default_factory=list)
-    in_traceback: bool = False
-    warmup: bool = False
-    capture_failed: bool = False
-    open_oom: _FailureBuilder | None = None
-    open_oom_line: int = 0
-    last_failure: _FailureBuilder | None = None
-    frame_line: int = -1  # line number of the last `File "...", line N, in f` frame
 
 
 @dataclass
@@ -124,10 +131,11 @@ class _Launch:
     summary: Fact | None = None
     initialised: Line | None = None  # scheduler summary line, or Omni's sglang_ar_started
     ready: Line | None = None
-    failures: dict[tuple[str, str], _FailureBuilder] = field(default_factory=dict)
+    failures: dict[tuple[str, str], FailureBuilder] = field(default_factory=dict)
     facts: dict[str, list[Fact]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     stats: _StatsAcc = field(default_factory=lambda: _StatsAcc())
+    loading_stage: tuple[str, int | None, float | None] | None = None  # Omni: who loads now
 
     @property
     def started_loading(self) -> bool:
@@ -137,17 +145,20 @@ class _Launch:
 class Assembler:
     """Consumes ``(line, facts)`` pairs in log order; ``incident()`` freezes the result."""
 
-    def __init__(self, sources: Iterable[str]) -> None:
+    def __init__(self, sources: Iterable[str], knowledge: Knowledge | None = None) -> None:
         self.sources = tuple(sources)
+        self.knowledge = knowledge or builtin()
         self.lines_read = 0
         self.last_ts: str | None = None
         self._launch = _Launch()
         self._failed_launch: _Launch | None = None
         self._launches = 1
-        self._streams: dict[tuple[int, int | None], _Stream] = {}
+        self._streams: dict[tuple[int, int | None], Stream] = {}
         self._versions = VersionTracker()
         self._stats_versions_seen: set[str] = set()
         self._notices: list[str] = []
+        self._detector = Detector(self.knowledge)
+        self._last_cumem: FailureBuilder | None = None
         self._handlers = self._make_handlers()
 
     # -- feeding -----------------------------------------------------------------------------
@@ -163,16 +174,23 @@ class Assembler:
                 self._versions.observe(line)
         else:
             self._versions.observe(line)
-        stream = self._streams.setdefault((line.source, line.actor_pid), _Stream())
-        if "frame" in kinds:
-            stream.frame_line = line.number
-        elif line.number == stream.frame_line + 1 and line.text[:1].isspace():
+            self._detector.line(line, "marker" in kinds)
+        stream = self._streams.setdefault((line.source, line.actor_pid), Stream())
+        if stream.open_oom is None and line.actor_pid is None and line.style is None:
+            # A bare line right after a prefixed OOM message is its re-wrapped continuation.
+            stream = self._wrapping_stream(line) or stream
+        if (
+            "frame" not in kinds
+            and line.number == stream.frame_line + 1
+            and line.text[:1].isspace()
+        ):
             # The source line a traceback prints under its frame: `raise ValueError("No
             # available memory ...")` repeats the message's words but is code, not a message.
+            stream.add_code(line.text.strip())
             return
         if "graph_capture_failed" in kinds:
             stream.capture_failed = True  # an OOM on this very line happened during capture
-        if stream.open_oom is not None and "oom_part" in kinds and "cuda_oom" not in kinds:
+        if stream.open_oom is not None and "oom_part" in kinds and not kinds & FAILURE_KINDS:
             self._continue_oom(stream, line)
             return
         if stream.open_oom is not None:
@@ -180,6 +198,18 @@ class Assembler:
         # The exception line closes its traceback: failures on the same line must see the frames.
         for fact in sorted(facts, key=lambda f: f.kind == "exception"):
             self._fact(stream, fact, kinds)
+        if "frame" not in kinds:
+            stream.last_line = line
+
+    def _wrapping_stream(self, line: Line) -> Stream | None:
+        for (source, _), other in self._streams.items():
+            if (
+                source == line.source
+                and other.open_oom is not None
+                and 0 < line.number - other.open_oom_line <= 2
+            ):
+                return other
+        return None
 
     def _keep(self, fact: Fact) -> None:
         launch = self._launch
@@ -190,12 +220,12 @@ class Assembler:
         else:  # keep the first ones and the latest one
             kept[-1] = fact
 
-    def _fact(self, stream: _Stream, fact: Fact, kinds: set[str]) -> None:
+    def _fact(self, stream: Stream, fact: Fact, kinds: set[str]) -> None:
         kind = fact.kind
         if kind == "server_args":
             self._server_args(fact)
             return
-        if kind in ("oom_part", "stats"):
+        if kind in ("oom_part", "stats", "marker"):
             if kind == "stats":
                 self._stats(fact)
             return
@@ -203,7 +233,7 @@ class Assembler:
         if handler is not None:
             handler(stream, fact)
         elif kind == "exception":
-            if not (kinds & FAILURE_KINDS) and stream.in_traceback:
+            if not (kinds & FAILURE_KINDS):
                 self._failure(stream, fact, "exception")
             self._end_traceback(stream)
         elif kind in FAILURE_KINDS and not _redundant(kind, kinds):
@@ -211,7 +241,7 @@ class Assembler:
         if kind != "frame":
             self._keep(fact)
 
-    def _make_handlers(self) -> dict[str, Callable[[_Stream, Fact], None]]:
+    def _make_handlers(self) -> dict[str, Callable[[Stream, Fact], None]]:
         return {
             "load_begin": self._checkpoint,
             "load_end": self._checkpoint,
@@ -230,34 +260,50 @@ class Assembler:
             "warmup_failed": self._warmup,
             "logical_kv_detail": self._logical_detail,
             "vllm_config": self._vllm_config,
+            "omni_memory_profile": self._omni_profile,
             "vllm_ready": self._vllm_ready,
         }
 
-    def _summary(self, stream: _Stream, fact: Fact) -> None:
+    def _summary(self, stream: Stream, fact: Fact) -> None:
         self._launch.summary = fact
         self._launch.initialised = self._launch.initialised or fact.line
 
-    def _progress(self, stream: _Stream, fact: Fact) -> None:
+    def _progress(self, stream: Stream, fact: Fact) -> None:
         """A progress bar says which startup step is running, even in an excerpt."""
-        rank = fact.line.rank or "-"
-        state = self._launch.ranks.setdefault(rank, _RankState(rank))
+        state = self._rank_for(fact.line)
         state.last_checkpoint = "load_begin" if fact.kind == "load_progress" else "graph_begin"
 
-    def _omni_stage(self, stream: _Stream, fact: Fact) -> None:
+    def _omni_stage(self, stream: Stream, fact: Fact) -> None:
+        """`sglang_ar_startup stage=X gpu_id=G ...`: X's own checkpoints follow until
+        `sglang_ar_started stage=X` (stages load one at a time per GPU)."""
+        launch = self._launch
+        stage = fact.text("stage")
+        gpu = fact.num("gpu_id")
+        fraction = fact.num("mem_fraction_static")
         if fact.data.get("event") == "sglang_ar_started":
-            self._launch.initialised = self._launch.initialised or fact.line
+            launch.initialised = launch.initialised or fact.line
+            if launch.loading_stage is not None and launch.loading_stage[0] == stage:
+                launch.loading_stage = None
+        elif stage:
+            launch.loading_stage = (stage, int(gpu) if gpu is not None else None, fraction)
 
-    def _ready(self, stream: _Stream, fact: Fact) -> None:
+    def _omni_profile(self, stream: Stream, fact: Fact) -> None:
+        """`SGLang AR memory profile: ... available_for_kv=X`: the loading stage's own KV budget."""
+        available = fact.num("available_for_kv")
+        if available is not None and self._launch.loading_stage is not None:
+            state = self._rank_for(fact.line)
+            state.values["omni_kv"] = Measured(available, fact.line)
+
+    def _ready(self, stream: Stream, fact: Fact) -> None:
         self._launch.ready = self._launch.ready or fact.line
 
-    def _traceback_start(self, stream: _Stream, fact: Fact) -> None:
-        stream.frames.clear()
-        stream.in_traceback = True
+    def _traceback_start(self, stream: Stream, fact: Fact) -> None:
+        if stream.open and stream.frames:
+            self._cut(stream)  # the previous one never reached its exception line
+        stream.start(fact.line)
 
-    def _frame(self, stream: _Stream, fact: Fact) -> None:
-        if len(stream.frames) >= MAX_FRAMES:
-            del stream.frames[0]
-        stream.frames.append(
+    def _frame(self, stream: Stream, fact: Fact) -> None:
+        stream.add_frame(
             Frame(
                 str(fact.data["path"]),
                 int(fact.num("lineno") or 0),
@@ -266,7 +312,7 @@ class Assembler:
             )
         )
 
-    def _warmup(self, stream: _Stream, fact: Fact) -> None:
+    def _warmup(self, stream: Stream, fact: Fact) -> None:
         stream.warmup = True
 
     # -- launches and server args ---------------------------------------------------------
@@ -285,7 +331,7 @@ class Assembler:
         launch.server_args_line = fact.line
         self._keep(fact)
 
-    def _vllm_config(self, stream: _Stream, fact: Fact) -> None:
+    def _vllm_config(self, stream: Stream, fact: Fact) -> None:
         """vLLM's `args: Namespace(...)`, `non-default args: {...}` and engine config lines."""
         launch = self._launch
         if launch.failures and fact.num("batched") is None:  # the engine is started again
@@ -310,14 +356,27 @@ class Assembler:
         if body:
             launch.server_args_line = launch.server_args_line or fact.line
 
-    def _vllm_ready(self, stream: _Stream, fact: Fact) -> None:
+    def _vllm_ready(self, stream: Stream, fact: Fact) -> None:
         self._launch.initialised = self._launch.initialised or fact.line
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    def _checkpoint(self, stream: _Stream, fact: Fact) -> None:
-        rank = fact.line.rank or "-"
-        state = self._launch.ranks.setdefault(rank, _RankState(rank))
+    def _rank_for(self, line: Line) -> _RankState:
+        """The checkpoints this line belongs to: its rank tag, else the Omni stage now loading."""
+        launch = self._launch
+        key = line.rank
+        stage = gpu = fraction = None
+        if key is None and launch.loading_stage is not None:
+            stage, gpu, fraction = launch.loading_stage
+            key = stage
+        key = key or "-"
+        state = launch.ranks.get(key)
+        if state is None:
+            state = launch.ranks[key] = _RankState(key, stage=stage, gpu=gpu, fraction=fraction)
+        return state
+
+    def _checkpoint(self, stream: Stream, fact: Fact) -> None:
+        state = self._rank_for(fact.line)
         line = fact.line
         put = state.values.__setitem__
         avail = fact.num("avail")
@@ -368,6 +427,7 @@ class Assembler:
         acc = self._launch.stats
         acc.prefill_lines += block.prefill
         acc.decode_lines += block.decode
+        self._detector.stats(block.prefill + block.decode)
         if block.peak_usage is not None and (
             acc.peak_token_usage is None or block.peak_usage > acc.peak_token_usage
         ):
@@ -383,7 +443,7 @@ class Assembler:
             int(last.num("queue_req") or 0) if last else 0,
         )
 
-    def _retraction(self, stream: _Stream, fact: Fact) -> None:
+    def _retraction(self, stream: Stream, fact: Fact) -> None:
         acc = self._launch.stats
         acc.retractions += 1
         acc.retracted_requests += int(fact.num("n") or 0)
@@ -397,13 +457,16 @@ class Assembler:
         ranks = self._launch.ranks
         if line.rank and line.rank in ranks:
             return ranks[line.rank]
+        loading = self._launch.loading_stage
+        if loading is not None and loading[0] in ranks:
+            return ranks[loading[0]]
         if len(ranks) == 1:
             return next(iter(ranks.values()))
         if "-" in ranks:
             return ranks["-"]
         return None
 
-    def _phase(self, stream: _Stream, line: Line) -> str:
+    def _launch_phase(self, stream: Stream, line: Line) -> str:
         launch = self._launch
         if stream.warmup:
             return "warmup"
@@ -411,7 +474,11 @@ class Assembler:
             return "running"
         # The scheduler prints its summary line when initialisation is complete (Omni: the
         # stage's "started" line); an offline Engine (RL rollouts) never prints a ready line.
-        if launch.initialised is not None and launch.initialised.seq < line.seq:
+        if (
+            launch.initialised is not None
+            and launch.initialised.seq < line.seq
+            and launch.loading_stage is None
+        ):
             return "running"
         if launch.started_loading or launch.server_args_line is not None:
             return "startup"
@@ -419,12 +486,37 @@ class Assembler:
             return "startup"  # a vLLM excerpt that starts in the middle of loading
         return "unknown"
 
-    def _site(self, frames: tuple[Frame, ...], line: Line, phase: str, kind: str) -> str:
-        site, _ = sites.classify(frames)
-        if site != "unknown":
-            return site
+    def _place(
+        self,
+        stream: Stream,
+        kind: str,
+        line: Line,
+        frames: tuple[Frame, ...],
+        opener: Line | None,
+        stage: str | None,
+    ) -> tuple[str, Frame | None, str]:
+        """Site (and the frame that says so) and phase of a failure."""
+        texts = [line.text] + ([opener.text] if opener is not None else [])
+        stages = [stage] if stage else []
+        site, frame = sites.classify(frames, self.knowledge, texts, stages)
+        if kind in STARTUP_KINDS:
+            phase = "startup"
+        elif stream.warmup:
+            phase = "warmup"
+        else:
+            marked = sites.phase_of(frames, self.knowledge, texts)
+            phase = marked or self._launch_phase(stream, line)
+        if site == "unknown":
+            site = self._site_from_checkpoints(kind, line, phase)
+        if stream.capture_failed and kind != "graph_capture_failed":
+            site = "graph_capture"
+        return site, frame, phase
+
+    def _site_from_checkpoints(self, kind: str, line: Line, phase: str) -> str:
         if kind == "graph_capture_failed":
             return "graph_capture"
+        if kind not in OOM_KINDS:
+            return "unknown"  # the startup step says where memory ran out, not where code broke
         if phase != "startup" or any(k in self._launch.counts for k in _VLLM_KINDS):
             return "unknown"  # vLLM has no SGLang checkpoints to place a startup failure by
         state = self._rank_state(line)
@@ -435,15 +527,27 @@ class Assembler:
             "graph_begin": "graph_capture",
         }.get(last or "", "unknown")
 
-    def _failure(self, stream: _Stream, fact: Fact, kind: str) -> None:
+    def _stage_of(self, line: Line, opener: Line | None) -> str | None:
+        """The pipeline stage a failure happened in, from the lines themselves."""
+        for candidate in (line, opener):
+            stage = line_stage(candidate) if candidate is not None else None
+            if stage:
+                return stage
+        loading = self._launch.loading_stage
+        return loading[0] if loading is not None else None
+
+    def _failure(self, stream: Stream, fact: Fact, kind: str) -> None:
         line = fact.line
         launch = self._launch
         text = line.text
         start = int(fact.num("_start") or 0)
-        message = text[start:] if kind in ("cuda_oom",) else text.strip()
+        message = text[start:] if kind == "cuda_oom" else text.strip()
+        if kind == "cuda_oom":
+            message = message.removeprefix("OutOfMemoryError:").lstrip()
         if kind == "negative_profile" and (fact.num("profiled") or 0) > 0:
             return  # a clamp to a positive profiled value is not a failure
-        frames = tuple(stream.frames) if stream.in_traceback else ()
+        frames = tuple(stream.frames) if stream.open else ()
+        opener = stream.opener if stream.open else None
         if kind == "graph_capture_failed":
             stream.capture_failed = True
             last = stream.last_failure
@@ -455,22 +559,19 @@ class Assembler:
             ):
                 last.site = "graph_capture"  # 0.5.23 names the prefill runner after the OOM
                 return
-        phase = "startup" if kind in STARTUP_KINDS else self._phase(stream, line)
-        site = self._site(frames, line, phase, kind)
-        if stream.capture_failed and kind != "graph_capture_failed":
-            site = "graph_capture"
+        stage = self._stage_of(line, opener)
+        site, site_frame, phase = self._place(stream, kind, line, frames, opener, stage)
         key = (kind, _DIGITS.sub("#", message)[:160])
         existing = launch.failures.get(key)
         if existing is not None:
             if line.rank and line.rank not in existing.ranks:
                 existing.ranks.append(line.rank)
             if not existing.frames and frames:
-                existing.frames = frames
-                existing.site = site if existing.site == "unknown" else existing.site
+                self._give_frames(existing, frames, opener)
             return
         if len(launch.failures) >= MAX_FAILURES:
             return
-        builder = _FailureBuilder(
+        builder = FailureBuilder(
             kind=kind,
             line=line,
             message=message,
@@ -479,43 +580,131 @@ class Assembler:
             site=site,
             phase=phase,
             data={k: v for k, v in fact.data.items() if not k.startswith("_")},
+            site_frame=site_frame,
+            opener=opener,
+            stage=stage,
         )
         if kind == "cuda_oom":
             builder.oom = pytorch_oom.parse_oom(message)
+            requests = pytorch_oom.sampler_requests(message)
+            if requests is not None:
+                builder.data["dummy_requests"] = requests
+            self._after_cumem(builder)
             if pytorch_oom.needs_more(message):
-                builder.oom_text = message
                 stream.open_oom = builder
+                stream.oom_parts = [message]
                 stream.open_oom_line = line.number
         elif kind in BARE_OOM_FORMS:
             builder.oom = pytorch_oom.bare(BARE_OOM_FORMS[kind])
+        if kind == "cumem_oom":
+            self._last_cumem = builder
+        if not builder.data.get("precursor"):
+            self._absorb_precursor(builder)
         launch.failures[key] = builder
         stream.last_failure = builder
 
-    def _continue_oom(self, stream: _Stream, line: Line) -> None:
+    def _absorb_precursor(self, builder: FailureBuilder) -> None:
+        """vLLM prints what it profiled (`Available KV cache memory: -2.77 GiB`, `# GPU blocks: 0`)
+        just before it raises; when the error follows, it is the failure and keeps the numbers."""
+        failures = self._launch.failures
+        for key, value in list(failures.items()):
+            if value.kind == builder.kind and value.data.get("precursor"):
+                del failures[key]
+                for k, v in value.data.items():
+                    if k not in ("precursor", "variant"):
+                        builder.data.setdefault(k, v)
+
+    def _after_cumem(self, builder: FailureBuilder) -> None:
+        """A PyTorch OOM after vLLM's bare cumem line (not raised: the allocation path printed it
+        and returned nullptr) is the same failed allocation inside the sleep-mode pool, which
+        PyTorch then raised with its numbers: keep that one failure."""
+        cumem = self._last_cumem
+        if cumem is None or cumem.data.get("raised"):
+            return
+        failures = self._launch.failures
+        for key, value in list(failures.items()):
+            if value.kind == "cumem_oom" and not value.data.get("raised"):
+                del failures[key]
+        builder.data["pool"] = "cumem"
+        self._last_cumem = None
+
+    def _give_frames(
+        self, builder: FailureBuilder, frames: tuple[Frame, ...], opener: Line | None
+    ) -> None:
+        """Frames found after the failure line (the same message repeated at the end of its
+        traceback, or a message pasted before its frames) place it."""
+        builder.frames = frames
+        builder.opener = builder.opener or opener
+        texts = [builder.line.text] + ([opener.text] if opener is not None else [])
+        stages = [builder.stage] if builder.stage else []
+        site, frame = sites.classify(frames, self.knowledge, texts, stages)
+        if site != "unknown" and builder.site in ("unknown", "forward"):
+            builder.site, builder.site_frame = site, frame
+        marked = sites.phase_of(frames, self.knowledge, texts)
+        if marked is not None and builder.kind not in STARTUP_KINDS:
+            builder.phase = marked
+
+    def _cut(
+        self,
+        stream: Stream,
+        failures: dict[tuple[str, str], FailureBuilder] | None = None,
+        detector: Detector | None = None,
+    ) -> None:
+        """A run of frames that never reached its exception line."""
+        target = stream.message_first()
+        opener = stream.opener
+        first = stream.frames[0].line if stream.frames else None
+        if stream.frames:
+            (detector or self._detector).frames(stream.frames)
+        frames = stream.close_cut()
+        if not frames:
+            return
+        if target is not None:
+            self._give_frames(target, frames, opener)
+            return
+        line = frames[-1].line or first
+        if line is None:
+            return
+        site, site_frame, phase = self._place(stream, "cut_traceback", line, frames, opener, None)
+        builder = FailureBuilder(
+            kind="cut_traceback",
+            line=line,
+            message="the traceback ends before its exception line",
+            ranks=[line.rank] if line.rank else [],
+            frames=frames,
+            site=site,
+            phase=phase,
+            site_frame=site_frame,
+            opener=opener,
+            stage=self._stage_of(line, opener),
+        )
+        (failures if failures is not None else self._launch.failures)[
+            ("cut_traceback", str(line.seq))
+        ] = builder
+
+    def _continue_oom(self, stream: Stream, line: Line) -> None:
         builder = stream.open_oom
-        assert builder is not None and builder.oom_text is not None
+        assert builder is not None
         if line.number - stream.open_oom_line > OOM_CONTINUATION_LINES:
             self._close_oom(stream)
             return
-        builder.oom_text += " " + line.text.strip()
-        builder.oom = pytorch_oom.parse_oom(builder.oom_text)
-        builder.message = builder.oom_text
+        stream.oom_parts.append(line.text)
+        builder.oom = pytorch_oom.parse_wrapped(stream.oom_parts)
+        builder.message = " ".join(p.strip() for p in stream.oom_parts)
         stream.open_oom_line = line.number
-        if not pytorch_oom.needs_more(builder.oom_text):
+        if not pytorch_oom.needs_more(builder.message):
             self._close_oom(stream)
 
-    def _close_oom(self, stream: _Stream) -> None:
-        if stream.open_oom is not None:
-            stream.open_oom.oom_text = None
+    def _close_oom(self, stream: Stream) -> None:
         stream.open_oom = None
+        stream.oom_parts = []
 
-    def _end_traceback(self, stream: _Stream) -> None:
-        stream.in_traceback = False
-        stream.frames.clear()
-        stream.warmup = False
-        stream.capture_failed = False
+    def _end_traceback(self, stream: Stream) -> None:
+        if stream.frames:
+            self._detector.frames(stream.frames)
+        stream.end()
 
-    def _logical_detail(self, stream: _Stream, fact: Fact) -> None:
+    def _logical_detail(self, stream: Stream, fact: Fact) -> None:
         for builder in reversed(self._launch.failures.values()):
             if builder.kind == "logical_kv_failure":
                 if fact.line.number - builder.line.number <= 12:
@@ -541,49 +730,68 @@ class Assembler:
             )
         elif self._launches > 1:
             notices.append(f"the log holds {self._launches} launches; the last one is diagnosed")
+        failures = dict(launch.failures)
+        detector = self._detector
+        if launch is self._launch:
+            detector = detector.copy()
+            for stream in self._streams.values():
+                if stream.open and stream.frames:
+                    self._cut(_Snapshot(stream), failures, detector)
         ranks = tuple(
-            RankMemory(rank=r.rank, **r.values)
+            RankMemory(rank=r.rank, stage=r.stage, gpu=r.gpu, fraction=r.fraction, **r.values)
             for r in sorted(launch.ranks.values(), key=lambda s: _rank_sort(s.rank))
         )
-        failures = tuple(
-            sorted((b.freeze() for b in launch.failures.values()), key=lambda f: f.line.seq)
-        )
+        frozen = tuple(sorted((b.freeze() for b in failures.values()), key=lambda f: f.line.seq))
         facts = tuple(
             sorted((f for fs in launch.facts.values() for f in fs), key=lambda f: f.line.seq)
         )
+        detected = detector.result()
+        if detected.rival:
+            notices.append(
+                f"the log also looks like {detected.rival}; read as {detected.engine} "
+                f"({detected.why})"
+            )
         return Incident(
             sources=self.sources,
             lines_read=self.lines_read,
             last_ts=self.last_ts,
-            engine=self._engine(launch),
+            engine=detected.engine,
             version=self._versions.guess(),
             server_args=launch.server_args,
             server_args_line=launch.server_args_line,
             ranks=ranks,
             summary=launch.summary,
             ready=launch.ready,
-            failures=failures,
+            failures=frozen,
             facts=facts,
             fact_counts=dict(launch.counts),
             stats=launch.stats.freeze(),
             notices=tuple(notices),
+            stack=detected.stack,
+            engine_why=detected.why,
+            engine_evidence=detected.evidence,
+            engine_rival=detected.rival,
+            actor_roles=dict(detector.actor_roles),
         )
 
-    def _engine(self, launch: _Launch) -> str | None:
-        if any(kind in launch.counts for kind in _VLLM_KINDS):
-            return "vllm"
-        if "omni_stage" in launch.counts or "omni_stage_group" in launch.counts:
-            return "sglang-omni"
-        if "omni_compute_failed" in launch.counts:
-            return "sglang-omni"
-        if "omni_stage_dead" in launch.counts or "omni_memory_profile" in launch.counts:
-            return "sglang-omni"
-        if launch.server_args_line or launch.ranks or launch.counts.get("stats"):
-            return "sglang"
-        return None
+
+class _Snapshot(Stream):
+    """A copy of a stream, so that reading the incident mid-run (watch) changes nothing."""
+
+    def __init__(self, stream: Stream) -> None:
+        super().__init__(
+            frames=list(stream.frames),
+            open=stream.open,
+            header=stream.header,
+            opener=stream.opener,
+            first_frame=stream.first_frame,
+            frame_line=stream.frame_line,
+            last_line=stream.last_line,
+            last_failure=stream.last_failure,
+        )
 
 
-#: Facts only vLLM prints: one of them makes the log a vLLM log.
+#: Facts only vLLM prints: one of them means SGLang's checkpoints cannot place a failure.
 _VLLM_KINDS = (
     "vllm_config",
     "vllm_weights",
@@ -603,6 +811,10 @@ def _redundant(kind: str, kinds: set[str]) -> bool:
         return bool(kinds & OOM_KINDS)  # the OOM itself is the failure, at the capture site
     if kind == "gpu_fault":
         return "graph_capture_failed" in kinds  # the capture failure carries the reason
+    if kind == "cuda_error_oom":
+        return bool(kinds & {"cumem_oom", "cumem_error"})  # vLLM's allocator names itself
+    if kind in CONSEQUENCE_KINDS:
+        return bool(kinds & MEMORY_KINDS)  # `Worker failed with error 'CUDA out of memory...'`
     return False
 
 

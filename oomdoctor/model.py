@@ -50,6 +50,9 @@ class Line(NamedTuple):
     ts: str | None = None  # "YYYY-mm-dd HH:MM:SS[.mmm]" or another printed timestamp
     actor_pid: int | None = None  # Ray / worker prefix pid, e.g. "(WorkerDict pid=12504)"
     level: str | None = None  # log level where the envelope prints one (Omni, vLLM)
+    style: str | None = None  # the logger envelope (normalise), None for bare lines
+    actor: str | None = None  # the process name of a `(Name pid=N)` prefix
+    logger: str | None = None  # the logger name where the envelope prints one (Omni)
 
 
 class Fact(NamedTuple):
@@ -75,6 +78,7 @@ class Frame(NamedTuple):
     lineno: int  # the line in the Python file
     func: str
     line: Line | None = None  # the log line that printed this frame
+    code: str = ""  # the source line the traceback printed under it, where it was kept
 
 
 class Holder(NamedTuple):
@@ -116,6 +120,9 @@ class Failure(NamedTuple):
     site: str = "unknown"  # where it failed: weights, kv_pool, graph_capture, encoder, logits, ...
     phase: str = "unknown"  # startup, warmup, running, unknown
     data: Mapping[str, Scalar] = EMPTY
+    site_frame: Frame | None = None  # the frame that placed it (evidence)
+    opener: Line | None = None  # the wrapper line that introduced its traceback
+    stage: str | None = None  # the pipeline stage it happened in (SGLang Omni, vLLM-Omni)
 
 
 class Measured(NamedTuple):
@@ -138,6 +145,10 @@ class RankMemory(NamedTuple):
     graph_begin: Measured | None = None
     graph_mem: Measured | None = None  # Capture ... graph end. mem usage
     graph_end: Measured | None = None  # Capture ... graph end. avail mem
+    stage: str | None = None  # a pipeline stage's own checkpoints (SGLang Omni)
+    gpu: int | None = None  # the GPU that stage runs on
+    fraction: float | None = None  # the mem_fraction_static that stage's own line printed
+    omni_kv: Measured | None = None  # Omni's own KV budget for the stage (available_for_kv)
 
 
 class VersionGuess(NamedTuple):
@@ -193,6 +204,11 @@ class Incident(NamedTuple):
     stats: StatsSummary
     notices: tuple[str, ...] = ()
     last_ts: str | None = None  # the latest timestamp among the lines read
+    stack: tuple[str, ...] = ()  # what runs around the engine (verl, torch_memory_saver, ray...)
+    engine_why: str | None = None  # what told the engine, in words
+    engine_evidence: tuple[Line, ...] = ()
+    engine_rival: str | None = None  # the other engine family, when it had strong evidence too
+    actor_roles: Mapping[int, str] = MappingProxyType({})  # `(Name pid=N)` pid → engine | driver
 
     @property
     def tp_size(self) -> int | None:
@@ -220,12 +236,18 @@ class RankBudget(NamedTuple):
     post_gib: float | None
     weights_gib: float | None
     kv_gib: float | None
+    stage: str | None = None  # a pipeline stage's own budget (SGLang Omni)
+    gpu: int | None = None
+    mem_fraction_static: float | None = None  # that stage's own y
+    kv_logged_gib: float | None = None
 
 
 class Budget(NamedTuple):
     """The memory budget of DESIGN §2, rebuilt from the log (GiB; None = the log does not say)."""
 
     rank: str | None = None  # the tightest rank, whose numbers these are
+    stage: str | None = None  # the pipeline stage whose budget this is (SGLang Omni)
+    gpu: int | None = None  # that stage's GPU
     pre_gib: float | None = None
     post_gib: float | None = None
     weights_gib: float | None = None

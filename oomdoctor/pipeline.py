@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeAlias
 
 from oomdoctor import advice, budget, engine, features, parallel, verdict
-from oomdoctor.extract import Extractor, Matcher, SignatureMatcher
+from oomdoctor.extract import Extractor, MarkerMatcher, Matcher, SignatureMatcher
 from oomdoctor.feed import Feeder
 from oomdoctor.incident import Assembler
+from oomdoctor.knowledge import Knowledge, builtin, family
 from oomdoctor.model import Budget, Diagnosis, Failure, Incident, Line
 from oomdoctor.reader import ReadStats, iter_blocks, open_source
 from oomdoctor.rules import Rule, builtin_dir, load
@@ -37,8 +38,17 @@ def load_rules(extra: Sequence[Path] = ()) -> tuple[Rule, ...]:
     return load([builtin_dir(), *extra], fact_kinds())
 
 
-def matchers(rules: Iterable[Rule]) -> list[Matcher]:
+def load_knowledge(extra: Sequence[Path] = ()) -> Knowledge:
+    """Engine markers and site marks, with the user's additions from rule directories;
+    raises KnowledgeError listing every problem."""
+    from oomdoctor import knowledge
+
+    return knowledge.load(extra) if extra else builtin()
+
+
+def matchers(rules: Iterable[Rule], knowledge: Knowledge | None = None) -> list[Matcher]:
     out: list[Matcher] = [SignatureMatcher(s) for s in SIGNATURES]
+    out.append(MarkerMatcher((knowledge or builtin()).anchors()))
     for rule in rules:
         out.extend(rule.patterns)
     return out
@@ -49,11 +59,12 @@ def read(
     rules: Sequence[Rule],
     stdin: BinaryIO | None = None,
     progress: Progress | None = None,
+    knowledge: Knowledge | None = None,
 ) -> Incident:
     """Read every input (one incident) and assemble what they say. InputError if unreadable."""
-    extractor = Extractor(matchers(rules))
+    extractor = Extractor(matchers(rules, knowledge))
     labels = tuple("<stdin>" if n == "-" else n for n in names)
-    assembler = Assembler(labels)
+    assembler = Assembler(labels, knowledge)
     notices: list[str] = []
     streams = [open_source(n, stdin) for n in names]  # fail before reading anything
     try:
@@ -86,12 +97,17 @@ def read(
 
 
 def stream_parser(
-    rules: Sequence[Rule], label: str, on_crash: Callable[[Line], None] | None = None
+    rules: Sequence[Rule],
+    label: str,
+    on_crash: Callable[[Line], None] | None = None,
+    knowledge: Knowledge | None = None,
 ) -> StreamParser:
     """The incremental parser `watch` and `diagnose --follow` feed with live output."""
     from oomdoctor.stream import StreamParser
 
-    return StreamParser(Extractor(matchers(rules)), Assembler((label,)), on_crash)
+    return StreamParser(
+        Extractor(matchers(rules, knowledge)), Assembler((label,), knowledge), on_crash
+    )
 
 
 def _counting(blocks: Iterable[bytes], progress: Progress, stream: BinaryIO) -> Iterable[bytes]:
@@ -178,7 +194,7 @@ def diagnose(
     ``gpu`` is a snapshot, the reason there is none, or None when it was not asked for.
     ``engine_override`` replaces the engine detected from the log (``--engine``).
     """
-    if engine_override is not None and engine_override != incident.engine:
+    if engine_override is not None and engine_override != family(incident.engine):
         note = (
             f"the engine was set to {engine_override} (--engine); "
             f"the log looked like {incident.engine or 'neither'}"
@@ -190,7 +206,8 @@ def diagnose(
     feats = features.compute(incident, bud, primary, view)
     findings = engine.evaluate(rules, feats)
     v = verdict.decide(findings, rules, incident, bud, primary)
-    ctx = advice.Context(incident, bud, primary, feats, view)
+    top = next((r for r in rules if findings and r.id == findings[0].rule), None)
+    ctx = advice.Context(incident, bud, primary, feats, view, top.remedy if top else None)
     actions = advice.actions(findings[0].advice if findings else None, ctx)
     notices = incident.notices + bud.notices + (view.notes if view else ())
     return Diagnosis(
@@ -212,6 +229,7 @@ def run(
     gpu: GpuState = None,
     cuda_visible_devices: str | None = None,
     engine_override: str | None = None,
+    knowledge: Knowledge | None = None,
 ) -> Diagnosis:
-    incident = read(names, rules, stdin, progress)
+    incident = read(names, rules, stdin, progress, knowledge)
     return diagnose(incident, rules, gpu, cuda_visible_devices, engine_override)

@@ -28,33 +28,41 @@ def _size(name: str) -> str:
     return _SIZE.format(name=name)
 
 
-_REQUESTED = re.compile(r"Tried to allocate " + _size("req"))
-_MODERN = re.compile(
+def _words(pattern: str) -> re.Pattern[str]:
+    """A pattern whose spaces may be missing or doubled: a message re-wrapped by hand loses the
+    space at every break (or gains one inside a word), so the pieces are read joined with nothing
+    between them and every space in a pattern matches any run of whitespace, or none."""
+    return re.compile(pattern.replace(" ?", " ").replace(" ", r"\s*"))
+
+
+_REQUESTED = _words(r"Tried to allocate " + _size("req"))
+_MODERN = _words(
     r"GPU ?(?P<gpu>\d*) has a total capac(?:i)?ty of "
     + _size("total")
     + r"(?: of which "
     + _size("free")
     + r" is free)?"
 )
-_OTHER = re.compile(r"Process (?P<pid>\d+) has " + _size("m") + r" memory in use")
-_SELF = re.compile(r"this process has " + _size("m") + r" memory in use")
-_ALLOWED = re.compile(_size("allowed") + r" allowed;")
-_ALLOCATED = re.compile(r"Of the allocated memory " + _size("alloc") + r" is allocated by PyTorch")
-_PRIVATE = re.compile(_size("pool") + r" allocated in private pools")
-_UNALLOC = re.compile(r"and " + _size("r") + r" is reserved by PyTorch but unallocated")
-_LEGACY = re.compile(
-    r"\(GPU (?P<gpu>\d+); "
-    + _size("total")
-    + r" total capacity; "
-    + _size("alloc")
-    + r" already allocated; "
-    + _size("free")
-    + r" free; (?:"
-    + _size("allowed")
-    + r" allowed; )?"
-    + _size("rt")
-    + r" reserved in total by PyTorch\)"
+_OTHER = _words(r"Process (?P<pid>\d+) has " + _size("m") + r" memory in use")
+_SELF = _words(r"this process has " + _size("m") + r" memory in use")
+_ALLOWED = _words(_size("allowed") + r" allowed;")
+_ALLOCATED = _words(r"Of the allocated memory " + _size("alloc") + r" is allocated by PyTorch")
+_PRIVATE = _words(_size("pool") + r" allocated in private pools")
+_UNALLOC = _words(r"and " + _size("r") + r" is reserved by PyTorch but unallocated")
+#: The torch 1.x / 2.0 layout, also Ascend's NPU allocator (pytorch-oom.md §5.2, §5.9): the
+#: parenthesised fields are read one by one, so a field an older build lacks (`current active`)
+#: or a paste cut off inside the parentheses still yields the others.
+_LEGACY = _words(r"\((?P<dev>GPU|NPU) ?(?P<gpu>\d+); (?P<fields>[^)]*)")
+_LEGACY_FIELD = _words(
+    _size("v")
+    + r" (?P<what>total capacity|already allocated|current active|free|allowed|reserved in total "
+    r"by PyTorch|cached)"
 )
+#: `NPU out of memory. NPUWorkspaceAllocator tried to allocate 180.00 MiB(NPU 0; ...)`.
+_WORKSPACE = _words(r"NPUWorkspaceAllocator tried to allocate " + _size("req"))
+#: vLLM's sampler warm-up wraps the OOM in its own sentence (no numbers of the GPU).
+_SAMPLER = _words(r"warming up sampler with (?P<n>\d+) dummy requests")
+_SPACE = re.compile(r"\s+")
 
 
 def _gib(m: re.Match[str], name: str) -> float | None:
@@ -72,18 +80,26 @@ def _first(pattern: re.Pattern[str], text: str, name: str) -> float | None:
 def parse_oom(text: str) -> OomMessage:
     """Numbers of a PyTorch allocator OOM ("CUDA out of memory. Tried to allocate ...")."""
     requested = _first(_REQUESTED, text, "req")
+    if requested is None:
+        requested = _first(_WORKSPACE, text, "req")
     legacy = _LEGACY.search(text)
     if legacy:
+        fields: dict[str, float | None] = {}
+        for m in _LEGACY_FIELD.finditer(legacy.group("fields")):
+            fields.setdefault(_SPACE.sub("", m.group("what")), _gib(m, "v"))
+        reserved = fields.get("reservedintotalbyPyTorch")
+        if reserved is None:
+            reserved = fields.get("cached")
         return OomMessage(
-            form="pytorch_legacy",
+            form="npu" if legacy.group("dev") == "NPU" else "pytorch_legacy",
             requested_gib=requested,
             gpu=int(legacy.group("gpu")),
-            total_gib=_gib(legacy, "total"),
-            free_gib=_gib(legacy, "free"),
-            allowed_gib=_gib(legacy, "allowed"),
-            allocated_gib=_gib(legacy, "alloc"),
-            reserved_total_gib=_gib(legacy, "rt"),
-            complete=True,
+            total_gib=fields.get("totalcapacity"),
+            free_gib=fields.get("free"),
+            allowed_gib=fields.get("allowed"),
+            allocated_gib=fields.get("alreadyallocated"),
+            reserved_total_gib=reserved,
+            complete=reserved is not None or ")" in text[legacy.end() : legacy.end() + 1],
         )
     modern = _MODERN.search(text)
     gpu: int | None = None
@@ -110,9 +126,26 @@ def parse_oom(text: str) -> OomMessage:
     )
 
 
+def parse_wrapped(parts: list[str]) -> OomMessage:
+    """A message a logger or a user re-wrapped over several lines. A wrap can fall between two
+    words, inside a word (`capa` / `city`) or between a number and its unit, so the pieces are
+    read joined with nothing between them (every pattern tolerates missing spaces)."""
+    if len(parts) < 2:
+        return parse_oom(parts[0] if parts else "")
+    return parse_oom("".join(p.strip() for p in parts))
+
+
+def sampler_requests(text: str) -> int | None:
+    """vLLM V1: `CUDA out of memory occurred when warming up sampler with N dummy requests`."""
+    m = _SAMPLER.search(text)
+    return int(m.group("n")) if m else None
+
+
 def needs_more(text: str) -> bool:
     """True while a wrapped allocator message has not reached its last number yet."""
     if "reserved by PyTorch" in text or "reserved in total by PyTorch" in text:
+        return False
+    if "NPUWorkspaceAllocator" in text and " free)" in text:
         return False
     return "..." not in text[-8:]  # a user's elision: nothing more is coming
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from oomdoctor.features import FEATURE_DOCS
+from oomdoctor.knowledge import RESERVED_FILES
 from oomdoctor.model import CATEGORIES, Scalar
 
 if sys.version_info >= (3, 11):
@@ -35,6 +36,8 @@ ADVICE = (
     "gpu_fault",
     "thinker_kv",
     "omni_placement",
+    "remedy",
+    "oversized",
     "none",
 )
 _TOP_KEYS = {
@@ -147,8 +150,8 @@ def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
         if not directory.is_dir():
             problems.append(f"{directory}: not a directory of rule files")
             continue
-        files = sorted(directory.glob("*.toml"))
-        if not files:
+        files = sorted(p for p in directory.glob("*.toml") if p.name not in RESERVED_FILES)
+        if not files and not any((directory / name).is_file() for name in RESERVED_FILES):
             problems.append(f"{directory}: no *.toml rule files")
         for path in files:
             rule = _load_file(path, kinds, problems)

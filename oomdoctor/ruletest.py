@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor import engine, pipeline
 from oomdoctor.gpu.loaders import load
 from oomdoctor.gpu.snapshot import SnapshotError
 from oomdoctor.rules import FixtureRef, Rule
+
+if TYPE_CHECKING:
+    from oomdoctor.knowledge import Knowledge
 
 
 class RuleCheck(NamedTuple):
@@ -19,7 +22,13 @@ class RuleCheck(NamedTuple):
     detail: str
 
 
-def check(rule: Rule, fixture: FixtureRef, expect: str, all_rules: Sequence[Rule]) -> RuleCheck:
+def check(
+    rule: Rule,
+    fixture: FixtureRef,
+    expect: str,
+    all_rules: Sequence[Rule],
+    knowledge: Knowledge | None = None,
+) -> RuleCheck:
     missing = [p for p in (fixture.log, *fixture.snapshots) if not p.is_file()]
     if missing:
         return RuleCheck(rule.id, expect, fixture, False, f"no such fixture file {missing[0]}")
@@ -27,7 +36,7 @@ def check(rule: Rule, fixture: FixtureRef, expect: str, all_rules: Sequence[Rule
         gpu = load(list(fixture.snapshots)) if fixture.snapshots else None
     except SnapshotError as exc:
         return RuleCheck(rule.id, expect, fixture, False, f"bad snapshot: {exc}")
-    incident = pipeline.read([str(fixture.log)], all_rules)
+    incident = pipeline.read([str(fixture.log)], all_rules, knowledge=knowledge)
     feats = pipeline.features_of(incident, gpu)
     fired = engine.fires(rule, feats)
     ok = fired == (expect == "fire")
@@ -39,9 +48,11 @@ def check(rule: Rule, fixture: FixtureRef, expect: str, all_rules: Sequence[Rule
     return RuleCheck(rule.id, expect, fixture, ok, detail)
 
 
-def check_rules(rules: Sequence[Rule], all_rules: Sequence[Rule]) -> Iterator[RuleCheck]:
+def check_rules(
+    rules: Sequence[Rule], all_rules: Sequence[Rule], knowledge: Knowledge | None = None
+) -> Iterator[RuleCheck]:
     for rule in rules:
         for fixture in rule.fire:
-            yield check(rule, fixture, "fire", all_rules)
+            yield check(rule, fixture, "fire", all_rules, knowledge)
         for fixture in rule.silent:
-            yield check(rule, fixture, "silent", all_rules)
+            yield check(rule, fixture, "silent", all_rules, knowledge)

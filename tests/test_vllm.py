@@ -90,7 +90,8 @@ def test_sglang_rules_with_sglang_wording_stay_silent_on_vllm(
     for log in sorted(FIXTURES.glob("vllm-*/*.log")):
         rep = report_of(log)
         fired = {f["rule"] for f in rep["findings"]}
-        assert not fired & {"startup-kv-no-room", "runtime-activation-oom", "encoder-oom"}, log
+        # encoder-oom is engine-neutral (its text names both engines' levers)
+        assert not fired & {"startup-kv-no-room", "runtime-activation-oom"}, log
 
 
 def test_a_failure_keeps_the_frames_of_its_traceback(report_of: Callable[..., dict]) -> None:
