@@ -8,17 +8,26 @@ validated against real names.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor import holders, sites
 from oomdoctor.budget import CONTEXT_OVERHEAD_GIB, GIB
-from oomdoctor.kinds import CONSEQUENCE_KINDS, MEMORY_KINDS, OOM_KINDS
+from oomdoctor.kinds import CONSEQUENCE_KINDS, MEMORY_KINDS, OOM_KINDS, RETRY_KINDS
+from oomdoctor.knowledge import family
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
 from oomdoctor.timeline import parse_ts
 
 if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
     from oomdoctor.gpu.view import GpuView
+
+#: Parts of the stack that mean an RL trainer shares the GPUs with the engine.
+#: (vLLM's sleep mode alone is not one: single servers use it too.)
+RL_STACK = frozenset({"verl", "slime", "openrlhf", "torch_memory_saver"})
+#: Engines whose stages are separate processes sharing GPUs by design.
+PIPELINE_ENGINES = frozenset({"sglang-omni", "vllm-omni"})
+#: Memory held outside every listed process this large is a holder of its own (GiB).
+HIDDEN_HOLDER_GIB = 2.0
 
 _ENCODER_STAGE = re.compile(
     r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
@@ -31,7 +40,9 @@ class Feature(NamedTuple):
 
 
 FEATURE_DOCS: Mapping[str, str] = {
-    "engine": "sglang, sglang-omni, vllm or null",
+    "engine": "sglang, sglang-omni, vllm, vllm-omni, vllm-ascend or null (cannot tell)",
+    "engine.family": "sglang or vllm (whose flags the advice uses), or null",
+    "recognised": "the input holds lines oomdoctor knows (an engine's, PyTorch's, a traceback)",
     "ready": "the server printed `fired up and ready to roll`",
     "failure.present": "the log shows a failure of any kind",
     "failure.kind": "kind of the diagnosed failure (cuda_oom, startup_kv_error, ...)",
@@ -51,6 +62,11 @@ FEATURE_DOCS: Mapping[str, str] = {
     "oom.foreign_gib": "memory held by other processes that are not this server",
     "oom.sibling_gib": "memory held by sibling stages of the same pipeline (Omni)",
     "oom.unattributed_gib": "used memory no listed process accounts for",
+    "oom.hidden_gib": "used memory held outside every listed process, beyond this process's own "
+    "non-PyTorch allowance when the message does not size this process (0 bytes, no NVML, 1.x)",
+    "oom.exceeds_card": "the single allocation is at least the GPU's whole capacity",
+    "oom.foreign_may_be_stage": "a pipeline engine (SGLang Omni, vLLM-Omni) whose log names no stage "
+    "PIDs: the other holders may be its own stages",
     "oom.foreign_explains": "the foreign holders alone account for the shortfall",
     "oom.self_holds_card": "the failing process holds nearly all used memory",
     "capture.failed": "a CUDA-graph capture failed",
@@ -68,7 +84,9 @@ FEATURE_DOCS: Mapping[str, str] = {
     "gpu.fault": "a GPU error that is not exhaustion (illegal access, no kernel image, ...)",
     "omni.encoder_failed": "an Omni encoder stage failed or died",
     "omni.encoder_reserve_zero": "the Omni thinker ran with encoder_mem_reserve=0",
-    "rl.colocated": "the server runs next to an RL trainer (memory saver, verl, Ray worker)",
+    "rl.colocated": "the server runs next to an RL trainer (memory saver, sleep mode, verl, slime, "
+    "OpenRLHF)",
+    "stack": "what runs around the engine, comma-separated (verl, torch_memory_saver, ray, ...)",
     "request.too_long": "a request was longer than the KV pool or context allows",
     "kv.below_context": "SGLang warned the KV pool is smaller than the context length",
     "gpu.available": "a GPU snapshot (live or from --snapshot) was read",
@@ -87,21 +105,37 @@ FEATURE_DOCS: Mapping[str, str] = {
     "during profiling)",
     "vllm.profile_run_oom": "the OOM happened in vLLM's startup profile run (before the KV cache)",
     "vllm.mm_profile": "vLLM profiled a multimodal encoder (dummy images/videos/audio)",
+    "vllm.startup_short_gib": "how much more vLLM's start-up check asked for than was free (GiB)",
     "vllm.preemptions": "requests vLLM preempted for lack of KV cache space",
     "fact.<kind>": "how many facts of a kind were seen (e.g. fact.retraction)",
     "pattern.<rule id>.<name>": "how many lines a rule's own pattern matched",
 }
 
 
+#: Which failure is diagnosed: the first of the best tier the log has. A memory failure explains
+#: the others; a named or plain error is a cause; a traceback cut before its exception says less;
+#: an allocator retry is a warning; a consequence only says a failure happened elsewhere.
+_TIERS: tuple[Callable[[str], bool], ...] = (
+    lambda kind: kind in MEMORY_KINDS,
+    lambda kind: kind not in CONSEQUENCE_KINDS | RETRY_KINDS | {"cut_traceback"},
+    lambda kind: kind == "cut_traceback",
+    lambda kind: kind in RETRY_KINDS,
+    lambda kind: True,
+)
+
+
 def primary_failure(incident: Incident) -> Failure | None:
-    """The failure to diagnose: the first memory failure, else the first cause-like failure."""
-    for failure in incident.failures:
-        if failure.kind in MEMORY_KINDS:
-            return failure
-    for failure in incident.failures:
-        if failure.kind not in CONSEQUENCE_KINDS:
-            return failure
-    return incident.failures[0] if incident.failures else None
+    """The failure to diagnose (see _TIERS)."""
+    for tier in _TIERS:
+        for failure in incident.failures:
+            if tier(failure.kind):
+                return failure
+    return None
+
+
+def _recognised(incident: Incident) -> bool:
+    known = {k for k in incident.fact_counts if k not in ("marker", "oom_part")}
+    return bool(incident.engine or incident.failures or incident.ranks or known)
 
 
 def _lines(*items: Line | None) -> tuple[Line, ...]:
@@ -116,8 +150,14 @@ def server_pids(gpu: GpuView | None) -> frozenset[int]:
 
 
 def sibling_pids(incident: Incident) -> dict[int, str]:
-    """PIDs of Omni stages named in stage lines (they are the same pipeline, not co-tenants)."""
-    out: dict[int, str] = {}
+    """PIDs the log names as the server's own processes: Omni stages in stage lines, and the
+    engine processes of `(Name pid=N)` prefixes (vLLM workers, engine cores, stage engines).
+    An RL trainer's actor prefix (verl's WorkerDict) is not one: it holds memory of its own."""
+    out: dict[int, str] = {
+        pid: "engine process named in the log's own lines"
+        for pid, role in incident.actor_roles.items()
+        if role == "engine"
+    }
     for fact in incident.facts_of("omni_stage_group"):
         for pid in re.findall(r"\d+", fact.text("pids") or str(fact.data.get("pids", ""))):
             out[int(pid)] = fact.text("stage") or "stage"
@@ -144,7 +184,9 @@ def compute(
     f = put.values
     _gpu_features(put, incident, budget, primary, gpu)
 
-    put("engine", incident.engine)
+    put("engine", incident.engine, *incident.engine_evidence[:1])
+    put("recognised", _recognised(incident), *incident.engine_evidence[:1])
+    put("engine.family", family(incident.engine), *incident.engine_evidence[:1])
     put("ready", incident.ready is not None, incident.ready)
     where = primary.line if primary else None
     put("failure.present", primary is not None, where)
@@ -217,8 +259,10 @@ def compute(
         fa.line for fa in incident.facts_of("omni_stage") if fa.num("encoder_mem_reserve") == 0.0
     ]
     put("omni.encoder_reserve_zero", bool(zero), *zero[:1])
-    rl = incident.facts_of("rl_colocation")
-    put("rl.colocated", bool(rl), *(r.line for r in rl[:2]))
+    rl = [r.line for r in incident.facts_of("rl_colocation")]
+    stacked = sorted(set(incident.stack) & RL_STACK)
+    put("rl.colocated", bool(rl or stacked), *(rl[:2] or incident.engine_evidence[:1]))
+    put("stack", ",".join(incident.stack) or None)
     too_long = incident.facts_of("request_too_long")
     put("request.too_long", bool(too_long), *(r.line for r in too_long[:2]))
     below = incident.facts_of("kv_below_context")
@@ -271,8 +315,11 @@ def _oom_features(
             "shortfall_gib",
             "self_gib",
             "unattributed_gib",
+            "hidden_gib",
         ):
             put(f"oom.{name}", None)
+        put("oom.exceeds_card", False)
+        put("oom.foreign_may_be_stage", False)
         for name in ("foreign_gib", "sibling_gib"):
             put(f"oom.{name}", 0.0)
         put("oom.foreign_explains", False)
@@ -299,11 +346,24 @@ def _oom_features(
     put("oom.foreign_gib", view.foreign_gib, where if view.foreign_gib else None)
     put("oom.sibling_gib", view.sibling_gib, where if view.sibling_gib else None)
     put("oom.unattributed_gib", view.unattributed_gib, where)
+    hidden = view.hidden_gib or 0.0
+    put("oom.hidden_gib", view.hidden_gib, where if hidden else None)
+    outside = view.foreign_gib + (hidden if hidden >= HIDDEN_HOLDER_GIB else 0.0)
     put(
         "oom.foreign_explains",
-        _foreign_explains(view.foreign_gib, shortfall, budget, oom.total_gib),
-        where if view.foreign_gib else None,
+        _foreign_explains(outside, shortfall, budget, oom.total_gib),
+        where if outside else None,
     )
+    stage_pids = [f for f in incident.facts if f.kind in ("omni_stage_group", "omni_stage")]
+    pipeline = incident.engine in PIPELINE_ENGINES
+    may_be_stage = pipeline and view.foreign_gib > 0 and not stage_pids
+    put("oom.foreign_may_be_stage", may_be_stage, where if may_be_stage else None)
+    exceeds = (
+        oom.requested_gib is not None
+        and oom.total_gib is not None
+        and oom.requested_gib >= oom.total_gib
+    )
+    put("oom.exceeds_card", exceeds, where if exceeds else None)
     used = (
         oom.total_gib - oom.free_gib
         if oom.total_gib is not None and oom.free_gib is not None
@@ -370,10 +430,16 @@ def _vllm_features(put: _Builder, incident: Incident, primary: Failure | None) -
     where = primary.line if primary else None
     check = kind in ("startup_free_memory", "profiling_free_changed")
     put("vllm.cotenant_check", check, where if check else None)
+    short = None
+    if primary is not None and kind == "startup_free_memory":
+        free, requested = primary.data.get("free"), primary.data.get("requested")
+        if isinstance(free, int | float) and isinstance(requested, int | float):
+            short = round(float(requested) - float(free), 4)
+    put("vllm.startup_short_gib", short, where if short is not None else None)
     mm = incident.facts_of("vllm_mm_profile")
     put("vllm.mm_profile", bool(mm), *(m.line for m in mm[:1]))
     in_profile = False
-    if primary is not None and primary.oom is not None and incident.engine == "vllm":
+    if primary is not None and primary.oom is not None and family(incident.engine) == "vllm":
         texts = [primary.line.text, *(f"{fr.path}:{fr.func}" for fr in primary.frames)]
         kv_lines = [f for f in incident.facts_of("vllm_kv") if f.line.seq < primary.line.seq]
         in_profile = any(_PROFILE_RUN.search(t) for t in texts) or (

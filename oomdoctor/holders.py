@@ -3,6 +3,11 @@
 The trap (DESIGN §3): inside a container NVML reports host PIDs, so PyTorch prints the failing
 server as ``Process N`` and the ``this process`` clause is missing. A lone ``Process N`` whose size
 matches what PyTorch reserved (plus the usual non-PyTorch overhead) is the server itself.
+
+The other way round, memory can be held by nobody the message lists: ``this process has 0 bytes``
+(NVML looked in another PID namespace), no process clauses at all (no NVML in the container, the
+old 1.x form, Ascend's NPU form). Then this process is what PyTorch allocated and reserved, and
+what is used beyond that and a non-PyTorch allowance is a holder the message cannot name.
 """
 
 from __future__ import annotations
@@ -14,8 +19,16 @@ from oomdoctor.model import Holder, OomMessage
 
 #: Non-PyTorch memory of a serving process: CUDA context, NCCL/cuBLAS workspaces, graphs (GiB).
 MAX_NON_PYTORCH_GIB = 6.0
-#: A holder this small on a TP server is usually a peer rank's context, not a co-tenant.
+#: A holder this small on a TP server is usually a peer rank's CUDA context, not a co-tenant.
 PEER_CONTEXT_GIB = 1.5
+
+
+def non_pytorch_allowance(total_gib: float | None) -> float:
+    """How much of a card a process's own non-PyTorch memory (context, NCCL, cuBLAS) can take
+    when the message does not say: a tenth of the card, between 1.5 and MAX_NON_PYTORCH_GIB."""
+    if total_gib is None:
+        return MAX_NON_PYTORCH_GIB
+    return min(max(0.1 * total_gib, 1.5), MAX_NON_PYTORCH_GIB)
 
 
 class HolderView(NamedTuple):
@@ -24,6 +37,9 @@ class HolderView(NamedTuple):
     foreign_gib: float
     sibling_gib: float
     unattributed_gib: float | None  # total − free − everything listed
+    #: what no listed process (and not this process's own non-PyTorch memory) can hold
+    hidden_gib: float | None = None
+    self_estimated: bool = False  # this process's size is PyTorch's, not NVML's
 
 
 def judge(
@@ -34,8 +50,22 @@ def judge(
 ) -> HolderView:
     """Label every holder in an OOM message as self, sibling stage, peer rank or foreign."""
     holders: list[Holder] = []
+    torch_side = _torch_side(oom)
+    estimated = False
     if oom.this_process_gib is not None:
-        holders.append(Holder(None, oom.this_process_gib, "self", "PyTorch's own clause"))
+        if torch_side is not None and oom.this_process_gib + 0.01 < torch_side:
+            holders.append(
+                Holder(
+                    None,
+                    torch_side,
+                    "self",
+                    f"PyTorch's allocated + reserved memory: NVML saw only "
+                    f"{oom.this_process_gib:.2f} GiB for this process (another PID namespace)",
+                )
+            )
+            estimated = True
+        else:
+            holders.append(Holder(None, oom.this_process_gib, "self", "PyTorch's own clause"))
     self_pid = _self_match(oom) if oom.this_process_gib is None else None
     for pid, gib in oom.processes:
         if pid in siblings:
@@ -56,14 +86,31 @@ def judge(
             )
         else:
             holders.append(Holder(pid, gib, "foreign", "another process on the same GPU"))
+    if not any(h.role == "self" for h in holders) and torch_side is not None:
+        # No NVML clause names this process: its allocator's pools are what it surely holds.
+        why = "what PyTorch allocated and reserved (the message names no process as this one)"
+        holders.append(Holder(None, torch_side, "self", why))
+        estimated = True
     self_gib = next((h.gib for h in holders if h.role == "self"), None)
     foreign = sum(h.gib for h in holders if h.role == "foreign")
     sibling = sum(h.gib for h in holders if h.role == "sibling")
-    unattributed = None
+    unattributed = hidden = None
     if oom.total_gib is not None and oom.free_gib is not None and holders:
         listed = sum(h.gib for h in holders)
         unattributed = max(oom.total_gib - oom.free_gib - listed, 0.0)
-    return HolderView(tuple(holders), self_gib, foreign, sibling, unattributed)
+        allowance = non_pytorch_allowance(oom.total_gib) if estimated else 0.0
+        hidden = max(unattributed - allowance, 0.0)
+    return HolderView(tuple(holders), self_gib, foreign, sibling, unattributed, hidden, estimated)
+
+
+def _torch_side(oom: OomMessage) -> float | None:
+    """What this process's PyTorch allocator holds: allocated + reserved-unallocated (modern),
+    or reserved in total (1.x / NPU)."""
+    if oom.reserved_total_gib is not None:
+        return oom.reserved_total_gib
+    if oom.allocated_gib is not None:
+        return oom.allocated_gib + (oom.reserved_unallocated_gib or 0.0)
+    return None
 
 
 def _self_match(oom: OomMessage) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from oomdoctor.kinds import CONSEQUENCE_KINDS
 from oomdoctor.model import Budget, Failure, Finding, Incident, Verdict
 from oomdoctor.rules import Rule
 from oomdoctor.units import size
@@ -109,6 +110,8 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
             part += f" with {size(oom.free_gib)} free"
         if oom.total_gib is not None:
             part += f" of {size(oom.total_gib)}"
+            if oom.requested_gib >= oom.total_gib:
+                part += ", more than the whole card: no fraction can fit it"
         numbers.append(part)
     if (
         rule.category in ("runtime_activation", "encoder_starvation")
@@ -129,7 +132,13 @@ def _unknown_summary(incident: Incident, primary: Failure | None) -> str:
         seen.append(
             f"{incident.engine} log"
             + (f" (formats of {incident.version.label})" if incident.version.label else "")
+            + (f", told by {incident.engine_why}" if incident.engine_why else "")
         )
+    if incident.stack:
+        seen.append("around it: " + ", ".join(incident.stack))
+    tracebacks = incident.fact_counts.get("traceback_start", 0)
+    if tracebacks or any(f.frames for f in incident.failures):
+        seen.append(f"{max(tracebacks, 1)} traceback(s)")
     if incident.server_args_line:
         seen.append("server_args")
     if incident.ranks:
@@ -139,10 +148,21 @@ def _unknown_summary(incident: Incident, primary: Failure | None) -> str:
     if incident.stats.prefill_lines or incident.stats.decode_lines:
         seen.append(f"{incident.stats.prefill_lines + incident.stats.decode_lines} stats lines")
     text = "No GPU out-of-memory evidence found"
-    if primary is not None:
+    if primary is not None and primary.kind in CONSEQUENCE_KINDS | {"cut_traceback"}:
+        text += (
+            f"; the excerpt shows that something failed ({primary.message[:160]!r}) but not "
+            "why: the cause is outside it (paste the lines before)"
+        )
+    elif primary is not None:
         text += f"; the log's failure is not memory-related: {primary.message[:160]!r}"
+    else:
+        last = next((f for f in reversed(incident.facts) if f.kind == "exception"), None)
+        if last is not None:
+            text += f"; the last error line: {last.line.text.strip()[:160]!r}"
     if seen:
         text += ". Recognised: " + ", ".join(seen)
+    elif primary is None:
+        text += ". Nothing in the input looked like an SGLang, vLLM, PyTorch or CUDA log line"
     else:
-        text += ". Nothing in the input looked like an SGLang, PyTorch or CUDA log line"
+        text += ". Nothing else in the input tells the engine or the cause"
     return text + "."

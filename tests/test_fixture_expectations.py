@@ -62,7 +62,7 @@ def test_budget_numbers(sidecar: Path, report_of: Callable[[Path], dict]) -> Non
     for key, value in expect.get("budget", {}).items():
         got = budget[key]
         assert got is not None, f"{key}: expected {value}, oomdoctor says null"
-        if key in ("kv_tokens", "bytes_per_token", "max_model_len", "engine"):
+        if key in ("kv_tokens", "bytes_per_token", "max_model_len", "engine", "stage"):
             assert got == value, key
         elif key in ("mem_fraction_static", "gpu_memory_utilization"):
             assert got == pytest.approx(value, abs=1e-6), key
@@ -70,6 +70,17 @@ def test_budget_numbers(sidecar: Path, report_of: Callable[[Path], dict]) -> Non
             assert got == pytest.approx(value, abs=TOLERANCE_GIB), key
     if "tightest_rank" in expect:
         assert budget["rank"] == expect["tightest_rank"]
+    stages = {r["stage"]: r for r in budget["ranks"] if r["stage"]}
+    for name, wanted in expect.get("stages", {}).items():
+        got_stage = stages.get(name)
+        assert got_stage is not None, f"no budget for stage {name}: {sorted(stages)}"
+        for key, value in wanted.items():
+            if key == "gpu":
+                assert got_stage[key] == value, (name, key)
+            elif key == "kv_gib" and "kv_logged_gib" in wanted:  # KV as the log says it
+                assert got_stage[key] == pytest.approx(wanted["kv_logged_gib"], abs=0.15), name
+            else:
+                assert got_stage[key] == pytest.approx(value, abs=TOLERANCE_GIB), (name, key)
 
 
 @pytest.mark.parametrize(
@@ -149,3 +160,23 @@ def _check_utilization_window(rep: dict) -> None:
             continue
         if b["u_min"] is not None and b["u_max"] is not None and not b["window_empty"]:
             assert b["u_min"] - 1e-9 <= action["value"] <= b["u_max"] + 1e-9, action["text"]
+
+
+_WITH_ENGINE = [s for s in SIDECARS if "engine" in load_toml(s)]
+
+
+@pytest.mark.parametrize("sidecar", _WITH_ENGINE, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_engine_and_its_flags(sidecar: Path, report_of: Callable[[Path], dict]) -> None:
+    """The engine is told from the excerpt itself, and the advice names only that engine's
+    flags (never SGLang's for a vLLM log, or the reverse)."""
+    from oomdoctor.advice.flags import foreign_flags
+    from oomdoctor.knowledge import family
+
+    expect = load_toml(sidecar)
+    rep = _report(sidecar, report_of)
+    assert rep["input"]["engine"] == expect["engine"], rep["input"]["engine_evidence"]
+    engine_family = family(str(expect["engine"]))
+    assert engine_family is not None
+    for action in rep["actions"]:
+        named = foreign_flags(engine_family, f"{action['flag'] or ''} {action['text']}")
+        assert not named, f"{named} in advice for a {expect['engine']} log: {action['text']}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oomdoctor.signatures import context, failures, startup, vllm
+from oomdoctor.signatures import colocation, context, errors, failures, startup, vllm
 from oomdoctor.signatures.base import Signature
 
 ALL: tuple[Signature, ...] = (
@@ -11,6 +11,8 @@ ALL: tuple[Signature, ...] = (
     + failures.OOM_PARTS
     + context.SIGNATURES
     + vllm.SIGNATURES
+    + colocation.SIGNATURES
+    + errors.SIGNATURES
 )
 
 __all__ = ["ALL", "Signature"]

@@ -55,6 +55,11 @@ SIGNATURES: tuple[Signature, ...] = (
         _key_values,
     ),
     sig(
+        "omni_device",
+        "Set current device to",
+        r"Set current device to (?P<gpu>\d+) for stage (?P<stage>[\w-]+)",
+    ),
+    sig(
         "omni_stage_group",
         "StageGroup ",
         r"StageGroup (?P<stage>\S+): spawned \d+ process\(es\) \(pids=\[(?P<pids>[\d, ]*)\]\)",

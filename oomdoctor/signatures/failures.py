@@ -89,22 +89,34 @@ SIGNATURES: tuple[Signature, ...] = (
         r"post_load=(?P<post>[\d.]+)GiB",
     ),
     # --- GPU out-of-memory texts (numbers are parsed by oomdoctor.pytorch_oom) ------------------
-    sig("cuda_oom", ("CUDA out of memory", "HIP out of memory"), r"(?:CUDA|HIP) out of memory"),
+    # PyTorch's caching allocator (CUDA, ROCm/HIP, Intel XPU, Ascend NPU); users retype the case.
+    sig(
+        "cuda_oom",
+        ("out of memory", "Out of memory", "OUT OF MEMORY", "Out Of Memory", "OutOfMemoryError"),
+        # the exception class says it even when a wrap broke the words of the message
+        r"(?i)\b(?:CUDA|HIP|NPU|XPU) out of memory\b|OutOfMemoryError(?=:)",
+    ),
     sig(
         "cuda_error_oom",
         (
-            "CUDA error: out of memory",
-            "CUDA Error: out of memory",
-            "HIP error: out of memory",
+            "rror: out of memory",
+            "RROR: out of memory",
             "hipErrorOutOfMemory",
             "cudaErrorMemoryAllocation",
         ),
-        # `CUDA Error: out of memory at .../cumem_allocator.cpp:62`: vLLM's sleep-mode allocator
-        r"(?:CUDA|HIP) [Ee]rror: out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation",
+        # vLLM's `CUDA Error: out of memory at .../cumem_allocator.cpp:62` is its own kind
+        # (signatures.colocation); the two are told apart on the line (_redundant).
+        r"(?i)\b(?:CUDA|HIP) error: out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation",
     ),
     sig("cublas_oom", "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED"),
     sig("nccl_oom", "Cuda failure", r"Cuda failure (?:\d+ )?'out of memory'"),
     sig("triton_oom", "Triton Error", r"Triton Error \[(?:CUDA|HIP)\]: out of memory"),
+    sig(  # XLA on TPU: device memory (HBM); its on-chip VMEM is signatures.errors' tpu_vmem
+        "tpu_oom",
+        ("memory space hbm", "Error allocating device buffer"),
+        r"(?i)ran out of memory in memory space hbm|Error allocating device buffer: Attempting to "
+        r"allocate",
+    ),
     # --- CUDA-graph capture failures: the real reason follows the colon ------------------------
     sig(
         "graph_capture_failed",
@@ -117,6 +129,11 @@ SIGNATURES: tuple[Signature, ...] = (
         "logical_kv_failure",
         "out of memory. Try to lower your batch size",
         r"(?P<phase>Prefill |Decode )?[Oo]ut of memory\. Try to lower your batch size\.",
+    ),
+    sig(  # 0.1.5 - 0.2.9 (reference §10.2), `nerver` as printed by 0.1.10 / 0.1.14
+        "logical_kv_failure",
+        ("out of memory. This should n", "Prefill out of memory.", "Decode out of memory."),
+        r"^(?P<phase>Prefill |Decode )out of memory\.(?: This should ne?ver happen\.)?$",
     ),
     sig("logical_kv_detail", "Try to allocate ", r"Try to allocate (?P<need>\d+) tokens"),
     sig(
@@ -146,8 +163,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- KV pool pressure while serving (graceful) --------------------------------------------
     sig(
         "retraction",
-        ("Retract requests", "Decode out of memory happened", "Testing retraction"),
-        r"(?:KV cache pool is full\. Retract requests\.|Decode out of memory happened\.|"
+        ("Retract requests", "out of memory happened", "Testing retraction"),
+        r"(?:KV cache pool is full\. Retract requests\.|[Dd]ecode out of memory happened[.,]|"
         r"Testing retraction\.) #retracted_reqs: (?P<n>\d+)",
         _retraction,
     ),
@@ -222,6 +239,13 @@ SIGNATURES: tuple[Signature, ...] = (
         'File "',
         r'^\s*File "(?P<path>[^"]+)", line (?P<lineno>\d+), in (?P<func>[^\s(]+)',
     ),
+    sig(  # IPython / Jupyter: `File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(...)`,
+        # in JupyterLab as a Markdown link `File [~/x.py:64](http://host/lab/tree/x.py#line=63), in f`
+        "frame",
+        ("File [", "File ~", "File /"),
+        r"^\s*File \[?(?P<path>[^\]\s,()]+?\.py):(?P<lineno>\d+)(?:\]\([^)]*\))?, in "
+        r"(?P<func>[\w.<>]+)",
+    ),
     sig(
         "exception",
         ("Error", "Exception"),
@@ -242,6 +266,17 @@ OOM_PARTS: tuple[Signature, ...] = (
             "reserved by PyTorch",
             "is free.",
             "allocated in private pools",
+            "already allocated",
+            "reserved in total",
+            "current active",
+            # a wrap can leave a piece with nothing but a size, or a word, in it
+            "GiB",
+            "MiB",
+            "KiB",
+            " bytes",
+            "PyTorch",
+            "unallocated",
+            "capacity",
         ),
         r".+",
     ),

@@ -37,10 +37,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- configuration -----------------------------------------------------------------------
     sig(
         "vllm_config",
-        ("args: Namespace(", "non-default args: {", "LLM engine (v"),
+        ("args: Namespace(", "non-default args: {", "LLM engine (v", "LLM engine with config"),
         r"^(?:args: Namespace\((?P<ns>.*)\)"
         r"|non-default args: \{(?P<dict>.*)\}"
-        r"|Initializing (?:an|a V1) LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*))$",
+        r"|Initializing (?:an|a V1) LLM engine(?: \(v(?P<version>[^)]+)\))? with config: "
+        r"(?P<config>.*))$",
     ),
     sig(
         "vllm_config",
@@ -114,10 +115,16 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     sig(
         "vllm_mm_profile",
-        ("profile run for multi-modal models", "Encoder cache will be initialized"),
+        (
+            "profile run for multi-modal models",
+            "Encoder cache will be initialized",
+            "to hold the multi-modal embeddings",
+        ),
         r"Starting profile run for multi-modal models"
         r"|Encoder cache will be initialized with a budget of (?P<budget>\d+) tokens, and "
-        r"profiled with (?P<items>\d+) (?P<modality>\w+) items",
+        r"profiled with (?P<items>\d+) (?P<modality>\w+) items"
+        r"|too short to hold the multi-modal embeddings in the worst case \((?P<mm_tokens>\d+) "
+        r"tokens in total",
     ),
     sig(
         "vllm_ready",
@@ -129,6 +136,22 @@ SIGNATURES: tuple[Signature, ...] = (
         "startup_kv_error",
         "No available memory for the cache blocks",
         r"(?P<variant>No available memory for the cache blocks)",
+    ),
+    sig(  # V1 profiled no room (the error follows, or the excerpt ends first)
+        "startup_kv_error",
+        "Available KV cache memory",
+        r"Available KV cache memory: (?P<available>-[\d.]+|0(?:\.0+)?) GiB",
+        lambda m: {
+            "available": float(m.group("available")),
+            "variant": "no KV memory profiled",
+            "precursor": True,
+        },
+    ),
+    sig(  # V0: the profile left no block
+        "startup_kv_error",
+        " blocks: 0,",
+        r"# (?:GPU|CUDA|cuda|gpu|\w+) blocks: 0, # CPU blocks: \d+",
+        lambda m: {"variant": "no GPU blocks", "precursor": True},
     ),
     sig(
         "startup_kv_error",
