@@ -15,6 +15,7 @@ import re
 from typing import NamedTuple
 
 from oomdoctor import sglang_defaults
+from oomdoctor.knowledge import family
 from oomdoctor.model import Budget, Failure, Incident, RankBudget, RankMemory
 
 GIB = float(1 << 30)
@@ -76,8 +77,16 @@ class Fraction(NamedTuple):
     factor_why: str | None = None
 
 
-def fraction(incident: Incident) -> Fraction | None:
-    """The --mem-fraction-static that was in effect, and where that value came from."""
+def fraction(incident: Incident, ranks: tuple[RankMemory, ...] | None = None) -> Fraction | None:
+    """The --mem-fraction-static that was in effect, and where that value came from.
+
+    ``ranks`` are the checkpoints of the budget being built (one pipeline stage's, SGLang Omni):
+    a stage's own startup line says its own fraction, whatever the other stages use."""
+    ranks = incident.ranks if ranks is None else ranks
+    staged = [r for r in ranks if r.stage and r.fraction and 0 < r.fraction <= 1]
+    if staged:
+        r = staged[0]
+        return Fraction(float(r.fraction or 0), f"the {r.stage} stage's startup line")
     args = incident.server_args
     y = args.get("mem_fraction_static")
     found: Fraction | None = None
@@ -119,24 +128,24 @@ def fraction(incident: Incident) -> Fraction | None:
                 "0.3.6 multimodal",
             )
     if found is not None and found.source == "server_args":
-        found = _silent_factor(incident, found) or found
+        found = _silent_factor(incident, found, ranks) or found
     if found is None:
-        found = _from_kv_line(incident)
+        found = _from_kv_line(incident, ranks)
     return found
 
 
-def _y_used(incident: Incident) -> float | None:
+def _y_used(incident: Incident, ranks: tuple[RankMemory, ...]) -> float | None:
     """y in effect = 1 − (post − KV logged)/pre, from the first rank that printed all three."""
-    for r in incident.ranks:
+    for r in ranks:
         if r.pre is None or r.post is None or r.kv_logged is None or r.pre.value <= 0:
             continue
         return 1.0 - (r.post.value - r.kv_logged.value - _mm_reserve(incident)) / r.pre.value
     return None
 
 
-def _from_kv_line(incident: Incident) -> Fraction | None:
+def _from_kv_line(incident: Incident, ranks: tuple[RankMemory, ...]) -> Fraction | None:
     """No line prints y: the rank that printed pre, post and its KV pool says what y was."""
-    y = _y_used(incident)
+    y = _y_used(incident, ranks)
     if y is not None and 0 < y < 1:
         return Fraction(round(y, 3), "derived from the KV line: 1 − (post − KV)/pre")
     return None
@@ -147,14 +156,16 @@ def _from_kv_line(incident: Incident) -> Fraction | None:
 _SILENT_FACTORS = ((0.90, "0.4.6 multimodal"), (0.95, "0.3.6 multimodal"), (0.85, "AMD aiter"))
 
 
-def _silent_factor(incident: Incident, printed: Fraction) -> Fraction | None:
+def _silent_factor(
+    incident: Incident, printed: Fraction, ranks: tuple[RankMemory, ...]
+) -> Fraction | None:
     """The fraction really used when the KV line only fits a known post-print factor.
 
     When the y the KV line implies equals printed × factor (to within the rounding of the printed
     GB), SGLang applied the factor even though no line said so (an excerpt that starts after the
     adjustment line, or a silent one).
     """
-    y_used = _y_used(incident)
+    y_used = _y_used(incident, ranks)
     if y_used is None or abs(y_used - printed.value) < 0.004:
         return None  # no KV line, or the printed value is the one used
     for factor, why in _SILENT_FACTORS:
@@ -168,36 +179,67 @@ def _silent_factor(incident: Incident, printed: Fraction) -> Fraction | None:
     return None
 
 
-def _omni_colocated_kv(incident: Incident, primary: Failure | None) -> tuple[float, str] | None:
-    """SGLang Omni with a stage budget replaces SGLang's formula for the thinker (§6.2):
+def _omni_colocated_kv(
+    incident: Incident, primary: Failure | None, stage: RankMemory | None
+) -> tuple[float, str] | None:
+    """SGLang Omni with a stage budget replaces SGLang's formula for the stage (§6.2):
     KV = int(total × total_gpu_memory_fraction) − what the stage process already holds."""
     if incident.engine != "sglang-omni":
         return None
+    name = stage.stage if stage is not None and stage.stage else "thinker"
     data = primary.data if primary is not None else {}
     total, fraction, used = data.get("total"), data.get("fraction"), data.get("used")
-    if isinstance(total, float) and isinstance(fraction, float) and isinstance(used, float):
+    mine = primary is not None and (primary.stage in (None, name))
+    if (
+        mine
+        and isinstance(total, float)
+        and isinstance(fraction, float)
+        and isinstance(used, float)
+    ):
         budget = int(total * GIB * fraction) / GIB
         return budget - used, (
-            f"Omni's colocated budget sized the thinker's KV pool: int({total:.2f} × {fraction:.3f}) "
+            f"Omni's colocated budget sized the {name}'s KV pool: int({total:.2f} × {fraction:.3f}) "
             f"− {used:.2f} GiB held by the stage = {budget - used:.2f} GiB (SGLang's own formula "
             "does not apply with a stage budget)"
         )
-    thinker = [f for f in incident.facts_of("omni_stage") if f.text("stage") == "thinker"]
-    stage_fraction = next(
-        (f.num("total_gpu_memory_fraction") for f in thinker if f.num("total_gpu_memory_fraction")),
-        None,
-    )
-    for fact in incident.facts_of("omni_memory_profile"):
-        available = fact.num("available_for_kv")
-        if (
-            available is not None
-            and stage_fraction is not None
-            and fact.num("total_gpu_memory_fraction") == stage_fraction
-        ):
-            return available, (
-                "Omni's colocated budget sized the thinker's KV pool: available_for_kv = "
-                f"{available:.2f} GiB (int(total × {stage_fraction:.3f}) − what the stage holds)"
-            )
+    if stage is not None and stage.omni_kv is not None:
+        available = stage.omni_kv.value
+        return available, (
+            f"Omni's colocated budget sized the {name}'s KV pool: available_for_kv = "
+            f"{available:.2f} GiB (int(total × the stage's fraction) − what the stage holds)"
+        )
+    return None
+
+
+def budget_stage(incident: Incident, primary: Failure | None) -> RankMemory | None:
+    """Whose budget to build when pipeline stages print their own checkpoints (SGLang Omni):
+    the failing stage's own; else the engine stage on the failing GPU (the thinker first);
+    else the thinker; else the last stage that loaded."""
+    staged = [r for r in incident.ranks if r.stage]
+    if not staged:
+        return None
+    if primary is not None and primary.stage:
+        own = [r for r in staged if r.stage == primary.stage]
+        if own:
+            return own[0]
+    gpu = _failing_gpu(incident, primary)
+    if gpu is not None:
+        on_gpu = [r for r in staged if r.gpu == gpu]
+        if on_gpu:
+            return next((r for r in on_gpu if r.stage == "thinker"), on_gpu[0])
+    thinker = [r for r in staged if r.stage == "thinker"]
+    return thinker[0] if thinker else staged[-1]
+
+
+def _failing_gpu(incident: Incident, primary: Failure | None) -> int | None:
+    if primary is None:
+        return None
+    if primary.oom is not None and primary.oom.gpu is not None:
+        return primary.oom.gpu
+    for fact in incident.facts_of("omni_device"):
+        if primary.stage and fact.text("stage") == primary.stage:
+            gpu = fact.num("gpu")
+            return int(gpu) if gpu is not None else None
     return None
 
 
@@ -215,7 +257,22 @@ def _rank_budget(r: RankMemory, y: float | None) -> RankBudget:
         else (pre - post if pre is not None and post is not None else None)
     )
     kv = kv_at(y, pre, post) if None not in (y, pre, post) else None  # type: ignore[arg-type]
-    return RankBudget(r.rank, pre, post, weights, kv)
+    if r.omni_kv is not None:
+        kv = r.omni_kv.value  # Omni sized this stage's pool with its own formula
+    logged = r.kv_logged.value if r.kv_logged else None
+    return RankBudget(r.rank, pre, post, weights, kv, r.stage, r.gpu, y, logged)
+
+
+def _stage_y(
+    incident: Incident, r: RankMemory, y: float | None, chosen: RankMemory | None
+) -> float | None:
+    """Each stage's own fraction (its startup line, else what the KV line implies)."""
+    if not r.stage or r is chosen:
+        return y
+    if r.fraction and 0 < r.fraction <= 1:
+        return r.fraction
+    own = _y_used(incident, (r,))
+    return round(own, 3) if own is not None and 0 < own < 1 else y
 
 
 def build(
@@ -225,17 +282,25 @@ def build(
 
     ``capacity_hint`` is the GPU's total memory from a snapshot, for logs that do not print it
     (vLLM V1 at INFO)."""
-    if incident.engine == "vllm":
+    if family(incident.engine) == "vllm":
         from oomdoctor import vllm_budget
 
         return vllm_budget.build(incident, primary, capacity_hint)
     notices: list[str] = []
-    frac = fraction(incident)
+    stage = budget_stage(incident, primary)
+    chosen = (stage,) if stage is not None else incident.ranks
+    frac = fraction(incident, chosen)
     y = frac.value if frac else None
-    ranks = tuple(_rank_budget(r, y) for r in incident.ranks)
+    ranks = tuple(_rank_budget(r, _stage_y(incident, r, y, stage)) for r in incident.ranks)
+    if stage is not None and len([r for r in incident.ranks if r.stage]) > 1:
+        where = f" on GPU {stage.gpu}" if stage.gpu is not None else ""
+        notices.append(
+            f"the pipeline's stages print their own budgets; this one is the {stage.stage}'s"
+            f"{where} (each stage is listed under ranks)"
+        )
 
-    with_pre = [r for r in incident.ranks if r.pre is not None]
-    with_post = [r for r in incident.ranks if r.post is not None]
+    with_pre = [r for r in chosen if r.pre is not None]
+    with_post = [r for r in chosen if r.post is not None]
     pre = min((r.pre.value for r in with_pre if r.pre), default=None)
     imbalance = _imbalance_minimum(incident)
     tight_label = None
@@ -244,7 +309,7 @@ def build(
         tight_label = _silent_rank(incident)
     post = min((r.post.value for r in with_post if r.post), default=None)
     tight = min(with_pre, key=lambda r: r.pre.value if r.pre else 0.0) if with_pre else None
-    weights = max((r.weights.value for r in incident.ranks if r.weights), default=None)
+    weights = max((r.weights.value for r in chosen if r.weights), default=None)
     if pre is None and post is not None and weights is not None:
         pre = post + weights
         notices.append(
@@ -261,8 +326,8 @@ def build(
                 f"{tight.rank} is the tightest and decides the budget (SGLang takes the minimum)"
             )
 
-    kv_logged_m = next((r.kv_logged for r in incident.ranks if r.kv_logged), None)
-    tokens_m = next((r.kv_tokens for r in incident.ranks if r.kv_tokens), None)
+    kv_logged_m = next((r.kv_logged for r in chosen if r.kv_logged), None)
+    tokens_m = next((r.kv_tokens for r in chosen if r.kv_tokens), None)
     kv_logged = kv_logged_m.value if kv_logged_m else None
     tokens = int(tokens_m.value) if tokens_m and tokens_m.value > 0 else None
     bpt = snap_bytes_per_token(kv_logged, tokens) if kv_logged and tokens else None
@@ -274,10 +339,10 @@ def build(
     if context is None:
         c = incident.server_args.get("context_length")
         context = float(c) if isinstance(c, int) and c > 0 else None
-    graph = max((r.graph_mem.value for r in incident.ranks if r.graph_mem), default=None)
+    graph = max((r.graph_mem.value for r in chosen if r.graph_mem), default=None)
     headroom = summary.num("avail") if summary else None
     if headroom is None:
-        headroom = min((r.graph_end.value for r in incident.ranks if r.graph_end), default=None)
+        headroom = min((r.graph_end.value for r in chosen if r.graph_end), default=None)
 
     oom = primary.oom if primary else None
     capacity = oom.total_gib if oom and oom.total_gib else None
@@ -287,7 +352,7 @@ def build(
         static, dynamic = y * pre, (1.0 - y) * pre
     if None not in (y, pre, post):
         kv = kv_at(y, pre, post)  # type: ignore[arg-type]
-        colocated = _omni_colocated_kv(incident, primary)
+        colocated = _omni_colocated_kv(incident, primary, stage)
         if colocated is not None:
             kv, note = colocated
             notices.append(note)
@@ -380,6 +445,8 @@ def build(
     return Budget(
         kv_reserve_gib=_mm_reserve(incident),
         rank=tight_label or (tight.rank if tight and tight.rank != "-" else None),
+        stage=stage.stage if stage is not None else None,
+        gpu=stage.gpu if stage is not None else None,
         pre_gib=pre,
         post_gib=post,
         weights_gib=weights,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from oomdoctor import __version__, picture
 from oomdoctor.features import primary_failure
+from oomdoctor.knowledge import family
 from oomdoctor.model import Budget, Diagnosis, Failure, Line
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ def budget_dict(b: Budget) -> dict[str, Any]:
     return {
         "engine": b.engine,
         "rank": b.rank,
+        "stage": b.stage,
+        "gpu": b.gpu,
         "pre_gib": _r(b.pre_gib),
         "post_gib": _r(b.post_gib),
         "weights_gib": _r(b.weights_gib),
@@ -108,10 +111,14 @@ def budget_dict(b: Budget) -> dict[str, Any]:
         "ranks": [
             {
                 "rank": r.rank,
+                "stage": r.stage,
+                "gpu": r.gpu,
+                "mem_fraction_static": r.mem_fraction_static,
                 "pre_gib": _r(r.pre_gib),
                 "post_gib": _r(r.post_gib),
                 "weights_gib": _r(r.weights_gib),
                 "kv_gib": _r(r.kv_gib),
+                "kv_logged_gib": _r(r.kv_logged_gib),
             }
             for r in b.ranks
         ],
@@ -125,6 +132,7 @@ def _failure_dict(f: Failure | None, sources: tuple[str, ...]) -> dict[str, Any]
         "kind": f.kind,
         "phase": f.phase,
         "site": f.site,
+        "stage": f.stage,
         "ranks": list(f.ranks),
         "message": f.message[:1000],
         "where": line_ref(f.line, sources),
@@ -270,6 +278,9 @@ def build(diag: Diagnosis) -> dict[str, Any]:
             "sources": list(sources),
             "lines_read": inc.lines_read,
             "engine": inc.engine,
+            "engine_family": family(inc.engine),
+            "engine_evidence": inc.engine_why,
+            "stack": list(inc.stack),
             "sglang_version": inc.version.label,
         },
         "verdict": {

@@ -22,6 +22,7 @@ from oomdoctor.budget import (
     snap_bytes_per_token,
 )
 from oomdoctor.model import Budget, Fact, Failure, Incident
+from oomdoctor.stages import line_stage
 
 DEFAULT_UTILIZATION = 0.9
 DEFAULT_BLOCK_SIZE = 16
@@ -58,6 +59,16 @@ def _utilization(
     return None, None
 
 
+def _own_stage(incident: Incident, primary: Failure | None, kind: str) -> list[Fact]:
+    """A vLLM-Omni log holds every stage's profiling lines: keep the failing stage's own (and
+    the lines no stage claims); a plain vLLM log keeps them all."""
+    facts = list(incident.facts_of(kind))
+    stage = primary.stage if primary is not None else None
+    if stage is None:
+        return facts
+    return [f for f in facts if line_stage(f.line) in (None, stage)]
+
+
 def _int_arg(incident: Incident, name: str) -> int | None:
     value = incident.server_args.get(name)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
@@ -67,8 +78,8 @@ def build(
     incident: Incident, primary: Failure | None, capacity_hint: float | None = None
 ) -> Budget:
     notices: list[str] = []
-    profile = list(incident.facts_of("vllm_profile"))
-    kv_facts = list(incident.facts_of("vllm_kv"))
+    profile = _own_stage(incident, primary, "vllm_profile")
+    kv_facts = _own_stage(incident, primary, "vllm_kv")
     startup = next(
         (f for f in incident.failures if f.kind in ("startup_free_memory", "startup_kv_error")),
         None,
@@ -82,6 +93,8 @@ def build(
         max(_nums(profile, "total") + _nums(profile, "total_gpu_memory"), default=None),
         _num(data.get("total")),
         oom.total_gib if oom else None,
+        # PyTorch 2.13+'s allocator warnings print the device's total (cudaMemGetInfo)
+        max(_nums(incident.facts_of("alloc_retry"), "device_total_gib"), default=None),
         capacity_hint,
     )
     budget_printed = max(_nums(profile, "budget"), default=None)
@@ -105,6 +118,7 @@ def build(
     )
     if kv is None and None not in (budget, weights, activation, non_torch):
         kv = budget - weights - activation - non_torch  # type: ignore[operator]
+    sized_from_blocks = kv is None
     if activation is None and weights is not None and kv is not None and budget is not None:
         notices.append(
             "vLLM prints the activation and non-torch parts of the profile only at DEBUG "
@@ -136,6 +150,11 @@ def build(
         bpt = _bpt_from_swap(incident, kv_facts, block)
     if needed is None and bpt and max_len:
         needed = max_len * bpt / GIB
+    if sized_from_blocks and tokens and bpt:
+        kv = tokens * bpt / GIB  # V0: what `# GPU blocks: N` sized (blocks × block bytes)
+        notices.append(
+            f"the KV cache is what the profile sized: {tokens:,} tokens × {bpt:,} B = {kv:.2f} GiB"
+        )
     graph = max(_nums(incident.facts_of("vllm_graph"), "g"), default=None)
 
     if u is None:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from oomdoctor.advice import fraction, omni, other
 from oomdoctor.advice.context import Context
+from oomdoctor.knowledge import family
 from oomdoctor.model import Action
 
 Generator = Callable[[Context], list[Action]]
@@ -23,20 +24,64 @@ REGISTRY: dict[str, Generator] = {
     "gpu_fault": other.gpu_fault,
     "thinker_kv": omni.thinker_kv,
     "omni_placement": omni.placement,
+    "remedy": other.remedy,
+    "oversized": other.oversized,
     "none": lambda ctx: [],
 }
 
 
 def actions(advice: str | None, ctx: Context) -> tuple[Action, ...]:
-    """The actions for the winning rule's advice kind, in the terms of the log's engine."""
-    kind = advice or "none"
-    if ctx.incident.engine == "vllm":
-        from oomdoctor.advice import vllm
+    """The actions for the winning rule's advice kind, in the terms of the log's engine.
 
-        generator = vllm.REGISTRY.get(kind)
-        if generator is not None:
-            return tuple(generator(ctx))
+    When the log cannot tell SGLang from vLLM, both engines' actions are given, each labelled,
+    after a line that says so: never one engine's flags for the other's log."""
+    kind = advice or "none"
+    too_big = ctx.features.get("oom.exceeds_card")
+    if too_big is not None and too_big.value and kind in _SIZED_BY_FRACTION:
+        kind = "oversized"  # no fraction fits one allocation larger than the card
+    fam = family(ctx.incident.engine)
+    if fam == "vllm":
+        return _vllm(kind, ctx)
+    if fam == "sglang":
+        return _sglang(kind, ctx)
+    sglang, vllm = _sglang(kind, ctx), _vllm(kind, ctx)
+    if [a.text for a in sglang] == [a.text for a in vllm]:
+        return sglang  # engine-neutral advice
+    if not any(a.flag for a in (*sglang, *vllm)) and not ctx.incident.failures:
+        return sglang
+    note = Action(
+        text="The log does not show whether SGLang or vLLM wrote it, so both engines' flags are "
+        "named: use the ones of your server (SGLang sizes its static share with "
+        "--mem-fraction-static, vLLM its whole budget with --gpu-memory-utilization)."
+    )
+    seen: set[str] = set()
+    out = [note]
+    for label, group in (("SGLang", sglang), ("vLLM", vllm)):
+        for a in group:
+            if a.text in seen:
+                continue
+            seen.add(a.text)
+            out.append(a._replace(text=f"{label}: {a.text}"))
+    return tuple(out)
+
+
+#: Advice kinds whose first move is a fraction: wrong for an allocation larger than the card.
+_SIZED_BY_FRACTION = frozenset(
+    {"lower_mem_fraction", "raise_mem_fraction", "reserve_encoder", "graph_capture", "free_gpu"}
+)
+
+
+def _sglang(kind: str, ctx: Context) -> tuple[Action, ...]:
     return tuple(_as_passed(a, ctx) for a in REGISTRY[kind](ctx))
+
+
+def _vllm(kind: str, ctx: Context) -> tuple[Action, ...]:
+    from oomdoctor.advice import vllm
+
+    generator = vllm.REGISTRY.get(kind)
+    if generator is not None:
+        return tuple(generator(ctx))
+    return tuple(REGISTRY[kind](ctx))
 
 
 def _as_passed(action: Action, ctx: Context) -> Action:

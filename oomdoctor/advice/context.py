@@ -27,6 +27,23 @@ class Context(NamedTuple):
     primary: Failure | None
     features: Mapping[str, Feature]
     gpu: GpuView | None = None
+    remedy: str | None = None  # the winning rule's remedy text (advice kind "remedy")
+
+    # -- engine-aware flag names ---------------------------------------------------------------
+    @property
+    def family(self) -> str | None:
+        """``sglang`` or ``vllm``: whose flags the advice names (None: the log cannot tell)."""
+        from oomdoctor.knowledge import family
+
+        return family(self.incident.engine)
+
+    @property
+    def fraction_flag(self) -> str:
+        """The flag that sizes the engine's static memory, in this engine's terms."""
+        return {
+            "sglang": "--mem-fraction-static",
+            "vllm": "--gpu-memory-utilization",
+        }.get(self.family or "", "--mem-fraction-static (SGLang) / --gpu-memory-utilization (vLLM)")
 
     # -- version-aware flag names (0.5.23 renamed the CUDA-graph knobs) -------------------------
     @property

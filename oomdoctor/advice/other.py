@@ -92,7 +92,7 @@ def free_gpu(ctx: Context) -> list[Action]:
             Action(
                 text="RL colocation: the trainer and the rollout server share the GPU. Release the "
                 "trainer's memory before rollout (offload, or SGLang's memory saver with "
-                "torch_memory_saver) and size --mem-fraction-static for what is left while both "
+                f"torch_memory_saver) and size {ctx.fraction_flag} for what is left while both "
                 "are resident.",
             )
         )
@@ -273,6 +273,65 @@ def _grow_pool(ctx: Context) -> Action | None:
     )
 
 
+def oversized(ctx: Context) -> list[Action]:
+    """One allocation larger than the whole card: no fraction can fit it; shrink what sized it."""
+    oom = ctx.primary.oom if ctx.primary else None
+    asked = f"{oom.requested_gib:.2f} GiB" if oom and oom.requested_gib else "the allocation"
+    card = f"{oom.total_gib:.2f} GiB" if oom and oom.total_gib else "the GPU"
+    out = [
+        Action(
+            text=f"No value of {ctx.fraction_flag} can fit this: the single allocation of {asked} "
+            f"is larger than the whole {card} card. Shrink what sized it instead."
+        )
+    ]
+    vllm = ctx.family == "vllm"
+    length = ctx.arg_int("max_model_len" if vllm else "context_length")
+    length_flag = "--max-model-len" if vllm else "--context-length"
+    if ctx.family is None:
+        length_flag = "--context-length (SGLang) / --max-model-len (vLLM)"
+    out.append(
+        Action(
+            text=f"A context length that sizes per-request tables or a whole-sequence tensor: "
+            f"lower {length_flag}"
+            + (f" (today {length:,})" if length else "")
+            + " to what requests really need.",
+            flag=None if ctx.family is None else length_flag,
+            direction=None if ctx.family is None else "lower",
+            current=length,
+        )
+    )
+    tokens_flag = {
+        "vllm": "--max-num-batched-tokens",
+        "sglang": "--chunked-prefill-size",
+    }.get(ctx.family or "", "--chunked-prefill-size (SGLang) / --max-num-batched-tokens (vLLM)")
+    out.append(
+        Action(
+            text="An attention or logits tensor over a whole long prompt: an attention path without "
+            "flash attention (eager / SDPA math, torch_native) allocates sequence² × heads; use a "
+            f"flash-attention backend and bound the tokens per forward with {tokens_flag}."
+        )
+    )
+    mm = "--limit-mm-per-prompt and the processor's max_pixels" if vllm else "max_pixels"
+    out.append(
+        Action(
+            text=f"A multimodal input that is too large (a long video, a huge image): cap frames, "
+            f"resolution and items per request ({mm})."
+        )
+    )
+    return out
+
+
+def remedy(ctx: Context) -> list[Action]:
+    """The rule's own remedy, for failures whose fix is not a number (named non-memory errors)."""
+    primary = ctx.primary
+    text = ctx.remedy or "See the rule's explanation."
+    if primary is not None and primary.kind in ("exception", "cut_traceback"):
+        text = f"The failure is `{primary.message[:200]}`, not memory. {text}"
+    elif primary is not None and isinstance(primary.data.get("meaning"), str):
+        text = f"{str(primary.data['meaning']).capitalize()}. {text}"
+    return [Action(text=text)]
+
+
 def host_memory(ctx: Context) -> list[Action]:
     primary = ctx.primary
     kill = primary is not None and primary.kind == "host_oom_kill"
@@ -282,7 +341,7 @@ def host_memory(ctx: Context) -> list[Action]:
             + (" and the kernel's OOM killer ended a process (exit −9)" if kill else "")
             + ". Check `dmesg -T | grep -i oom` and the container memory limit; reduce host-side "
             "memory (hierarchical cache size, --cpu-offload-gb, tokenizer workers, shared memory) "
-            "or give the host/container more RAM. --mem-fraction-static does not help.",
+            f"or give the host/container more RAM. {ctx.fraction_flag} does not help.",
         )
     ]
 
@@ -306,7 +365,7 @@ def gpu_fault(ctx: Context) -> list[Action]:
             Action(
                 text="Not memory exhaustion: a GPU fault. Rerun with CUDA_LAUNCH_BLOCKING=1 to find "
                 "the kernel, and check driver/CUDA/wheel compatibility ('no kernel image' means the "
-                "wheel has no kernels for this GPU). --mem-fraction-static does not help.",
+                f"wheel has no kernels for this GPU). {ctx.fraction_flag} does not help.",
             )
         )
     return out

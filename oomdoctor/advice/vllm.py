@@ -17,6 +17,9 @@ from oomdoctor.budget import GIB, round_down, round_up
 from oomdoctor.model import Action
 
 FLAG = "--gpu-memory-utilization"
+DEFAULT_U = 0.9
+#: The largest single GPU memory (GiB) worth sizing for (B300 288 GB); beyond it no u helps.
+LARGEST_CARD_GIB = 268.0
 #: A raised u is placed this far above the smallest workable value.
 RAISE_MARGIN = 0.02
 #: The largest u worth suggesting: vLLM itself needs the CUDA context outside its budget.
@@ -72,27 +75,44 @@ def raise_utilization(ctx: Context) -> list[Action]:
                     f"{_fmt(b.u_max)} ({b.u_max_basis})",
                 )
             )
-    elif u is not None and kv is not None and max((b.kv_needed_gib or 0.0) - kv, -kv) > 0.005:
+    elif kv is not None and max((b.kv_needed_gib or 0.0) - kv, -kv) > 0.005:
         missing = max((b.kv_needed_gib or 0.0) - kv, -kv)
-        extra = "" if b.kv_needed_gib else " plus room for the requests themselves"
-        out.append(
-            Action(
-                text=f"Raise --gpu-memory-utilization (today {u:.2f}) so the KV cache gets "
-                f"≥ {missing:.2f} GiB more{extra} (today {kv:.2f} GiB"
-                + (
-                    f", one {b.max_model_len:,}-token request needs {b.kv_needed_gib:.2f}"
-                    if b.kv_needed_gib and b.max_model_len
-                    else ""
-                )
-                + f"): by {missing:.2f} GiB ÷ the GPU's total memory, e.g. +"
-                f"{missing / 80:.2f} on an 80 GiB card. vLLM V1 does not print the total at INFO; "
-                "give oomdoctor a GPU snapshot (--snapshot) for the exact value. Above ~0.95 it "
-                "is not an option: use the alternatives below.",
-                flag=FLAG,
-                direction="raise",
-                current=u,
-            )
+        u_now = u if u is not None else DEFAULT_U
+        today = f"today {u:.2f}" if u is not None else f"vLLM's default is {DEFAULT_U:.1f}"
+        # Raising u adds (u' − u)·total: closing the gap at the ceiling needs a card this big.
+        card = missing / (U_CEILING - u_now) if u_now < U_CEILING else float("inf")
+        needs = (
+            f", one {b.max_model_len:,}-token request needs {b.kv_needed_gib:.2f}"
+            if b.kv_needed_gib and b.max_model_len
+            else ""
         )
+        if card > LARGEST_CARD_GIB:
+            out.append(
+                Action(
+                    text=f"No --gpu-memory-utilization closes this gap: the KV cache is "
+                    f"{missing:.2f} GiB short (today {kv:.2f} GiB{needs}), and raising u from "
+                    f"{u_now:.2f} to {U_CEILING:.2f} adds {U_CEILING - u_now:.2f} × the GPU's "
+                    f"memory, which covers it only on a card of ≥ {card:.0f} GiB. Shorten "
+                    "--max-model-len (below), spread the model over more GPUs "
+                    "(--tensor-parallel-size 2 halves the per-GPU weights and KV cache), load "
+                    "quantised weights, or use a card with more memory.",
+                )
+            )
+        else:
+            extra = "" if b.kv_needed_gib else " plus room for the requests themselves"
+            out.append(
+                Action(
+                    text=f"Raise --gpu-memory-utilization ({today}) so the KV cache gets "
+                    f"≥ {missing:.2f} GiB more{extra} (today {kv:.2f} GiB{needs}): by "
+                    f"{missing:.2f} GiB ÷ the GPU's total memory, which works only on a card "
+                    f"of ≥ {card:.0f} GiB (at u = {U_CEILING:.2f}). vLLM V1 does not print "
+                    "the total at INFO; give oomdoctor a GPU snapshot (--snapshot) for the "
+                    "exact value.",
+                    flag=FLAG,
+                    direction="raise",
+                    current=u,
+                )
+            )
     elif u is not None:
         out.append(
             Action(
@@ -213,6 +233,22 @@ def lower_utilization(ctx: Context) -> list[Action]:
                 current=u,
             )
         )
+    else:
+        short = (
+            oom.requested_gib - oom.free_gib
+            if oom and oom.requested_gib is not None and oom.free_gib is not None
+            else None
+        )
+        need = f" (at least {short:.2f} GiB more)" if short and short > 0 else ""
+        out.append(
+            Action(
+                text="Lower --gpu-memory-utilization (the log does not show today's value; vLLM's "
+                f"default is {DEFAULT_U:.1f}) to leave more memory outside vLLM's budget{need}: "
+                "each −0.01 leaves 1% of the GPU's memory for what the profile run did not see.",
+                flag=FLAG,
+                direction="lower",
+            )
+        )
     out.extend(_batch_levers(ctx))
     return out
 
@@ -221,6 +257,9 @@ def _batch_levers(ctx: Context) -> list[Action]:
     out: list[Action] = []
     tokens = ctx.arg_int("max_num_batched_tokens")
     seqs = ctx.arg_int("max_num_seqs")
+    dummy = ctx.primary.data.get("dummy_requests") if ctx.primary else None
+    if seqs is None and isinstance(dummy, int):
+        seqs = dummy  # the sampler warm-up runs max_num_seqs dummy requests
     out.append(
         halve(
             "--max-num-batched-tokens",
@@ -229,14 +268,16 @@ def _batch_levers(ctx: Context) -> list[Action]:
             example=4096,
         )
     )
-    if seqs:
-        out.append(
-            halve(
-                "--max-num-seqs",
-                seqs,
-                "fewer sequences per step, smaller sampler and logits buffers.",
-            )
+    out.append(
+        halve(
+            "--max-num-seqs",
+            seqs,
+            "fewer sequences per step, smaller sampler and logits buffers"
+            + ("" if seqs else " (V1's default is 256; 1024 in 0.8.0 - 0.8.2)")
+            + ".",
+            example=128,
         )
+    )
     graph = ctx.budget.graph_gib
     if graph and graph >= 0.5:
         out.append(
@@ -464,8 +505,41 @@ def graph_capture(ctx: Context) -> list[Action]:
     ]
 
 
+def kv_slots(ctx: Context) -> list[Action]:
+    """The KV cache's own accounting ran out of blocks (kvcached's elastic pool raises instead
+    of letting vLLM preempt): not a CUDA allocation."""
+    primary = ctx.primary
+    data = primary.data if primary else {}
+    need, avail = data.get("need"), data.get("available")
+    text = "Not a GPU OOM: the KV cache had fewer free pages than the scheduled step needed"
+    if isinstance(need, int | float) and isinstance(avail, int | float):
+        text += f" ({need:g} needed, {avail:g} free)"
+    if "kvcached" in ctx.incident.stack:
+        text += (
+            ". kvcached's elastic pool raised instead of letting vLLM preempt: upgrade kvcached "
+            "(later releases turn this into a scheduling miss)"
+        )
+    out = [Action(text=text + ".")]
+    out.append(
+        halve(
+            "--max-num-seqs",
+            ctx.arg_int("max_num_seqs"),
+            "fewer sequences share the KV cache.",
+            example=128,
+        )
+    )
+    out.append(
+        Action(
+            text="Or give the KV cache more memory: raise --gpu-memory-utilization if the memory "
+            "outside vLLM's budget allows it, or use --kv-cache-dtype fp8.",
+        )
+    )
+    return out
+
+
 REGISTRY = {
     "raise_mem_fraction": raise_utilization,
+    "kv_slots": kv_slots,
     "lower_mem_fraction": lower_utilization,
     "free_gpu": free_gpu,
     "reserve_encoder": reserve_encoder,
