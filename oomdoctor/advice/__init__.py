@@ -54,14 +54,10 @@ def actions(advice: str | None, ctx: Context) -> tuple[Action, ...]:
         "named: use the ones of your server (SGLang sizes its static share with "
         "--mem-fraction-static, vLLM its whole budget with --gpu-memory-utilization)."
     )
-    seen: set[str] = set()
-    out = [note]
+    shared = {a.text for a in sglang} & {a.text for a in vllm}
+    out = [note, *(a for a in sglang if a.text in shared)]
     for label, group in (("SGLang", sglang), ("vLLM", vllm)):
-        for a in group:
-            if a.text in seen:
-                continue
-            seen.add(a.text)
-            out.append(a._replace(text=f"{label}: {a.text}"))
+        out.extend(a._replace(text=f"{label}: {a.text}") for a in group if a.text not in shared)
     return tuple(out)
 
 

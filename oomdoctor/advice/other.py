@@ -64,12 +64,24 @@ def message_holders(ctx: Context) -> list[Action]:
         for h in view.holders
         if h.role == "foreign"
     ]
-    if view.unattributed_gib and view.unattributed_gib > 2.0:
+    hidden = view.hidden_gib or 0.0
+    if hidden > 2.0 and view.self_estimated:
+        own = (view.unattributed_gib or 0.0) - hidden
         out.append(
             Action(
-                text=f"{view.unattributed_gib:.2f} GiB in use on {where} belongs to no process the "
-                "message lists (another container or PID namespace): check `nvidia-smi` on the "
-                "host, or run `oomdoctor snapshot` there.",
+                text=f"{view.unattributed_gib:.2f} GiB in use on {where} is outside this "
+                f"process's PyTorch allocator and no process the message lists holds it; at most "
+                f"{own:.2f} GiB of that can be this process's own CUDA context and workspaces, so "
+                f"≥ {hidden:.2f} GiB belongs to another process (another container or PID "
+                "namespace): check `nvidia-smi` on the host, or run `oomdoctor snapshot` there.",
+            )
+        )
+    elif hidden > 2.0:
+        out.append(
+            Action(
+                text=f"{hidden:.2f} GiB in use on {where} belongs to no process the message lists "
+                "(another container or PID namespace): check `nvidia-smi` on the host, or run "
+                "`oomdoctor snapshot` there.",
             )
         )
     return out

@@ -186,6 +186,8 @@ def lower_utilization(ctx: Context) -> list[Action]:
     u, total = _u(ctx), b.capacity_gib
     oom = ctx.primary.oom if ctx.primary else None
     out: list[Action] = []
+    if ctx.primary is not None and ctx.primary.kind == "startup_free_memory":
+        return _fit_startup_check(ctx)
     if u is not None and total and b.u_max is not None and b.u_max < u:
         target = b.u_max
         freed = (u - target) * total
@@ -251,6 +253,39 @@ def lower_utilization(ctx: Context) -> list[Action]:
         )
     out.extend(_batch_levers(ctx))
     return out
+
+
+def _fit_startup_check(ctx: Context) -> list[Action]:
+    """vLLM's start-up check wants total × u ≤ the memory free at start: the largest u that
+    passes, from the check's own numbers."""
+    primary = ctx.primary
+    data = primary.data if primary is not None else {}
+    free, total, u = data.get("free"), data.get("total"), data.get("u")
+    if not (isinstance(free, float) and isinstance(total, float) and total > 0):
+        return [
+            Action(
+                text="Lower --gpu-memory-utilization until total × u fits in the memory free at "
+                "start (the check's message prints both).",
+                flag=FLAG,
+                direction="lower",
+            )
+        ]
+    fit = round_down(free / total)
+    current = u if isinstance(u, float) else None
+    return [
+        Action(
+            text=f"Set --gpu-memory-utilization {fit:.2f}"
+            + (f" (today {current:g})" if current is not None else "")
+            + f": the start-up check needs total × u ≤ free, {fit:.2f} × {total:.2f} = "
+            f"{fit * total:.2f} ≤ {free:.2f} GiB; the KV cache loses "
+            f"{((current or fit) - fit) * total:.2f} GiB.",
+            flag=FLAG,
+            direction="lower",
+            value=fit,
+            current=current,
+            basis=f"floor(free / total, 0.01) = floor({free:.2f} / {total:.2f})",
+        )
+    ]
 
 
 def _batch_levers(ctx: Context) -> list[Action]:
@@ -344,12 +379,14 @@ def free_gpu(ctx: Context) -> list[Action]:
         if sized and sized[0].flag == FLAG:
             first = sized[0]
             out.append(first._replace(text="If the other process must stay — " + first.text))
-    if not out:
-        out.append(
+    if not any(not a.text.startswith("If ") for a in out):
+        out.insert(
+            0,
             Action(
-                text="Another process holds memory on this GPU: free it (nvidia-smi shows who), "
+                text=ctx.remedy
+                or "Another process holds memory on this GPU: free it (nvidia-smi shows who), "
                 "then restart vLLM."
-            )
+            ),
         )
     return out
 
