@@ -136,6 +136,7 @@ class _Launch:
     counts: dict[str, int] = field(default_factory=dict)
     stats: _StatsAcc = field(default_factory=lambda: _StatsAcc())
     loading_stage: tuple[str, int | None, float | None] | None = None  # Omni: who loads now
+    progress: str | None = None  # the last startup progress bar (load_progress, capture_progress)
 
     @property
     def started_loading(self) -> bool:
@@ -262,6 +263,7 @@ class Assembler:
             "vllm_config": self._vllm_config,
             "omni_memory_profile": self._omni_profile,
             "vllm_ready": self._vllm_ready,
+            "vllm_weights": self._vllm_weights,
         }
 
     def _summary(self, stream: Stream, fact: Fact) -> None:
@@ -272,6 +274,7 @@ class Assembler:
         """A progress bar says which startup step is running, even in an excerpt."""
         state = self._rank_for(fact.line)
         state.last_checkpoint = "load_begin" if fact.kind == "load_progress" else "graph_begin"
+        self._launch.progress = fact.kind
 
     def _omni_stage(self, stream: Stream, fact: Fact) -> None:
         """`sglang_ar_startup stage=X gpu_id=G ...`: X's own checkpoints follow until
@@ -356,8 +359,12 @@ class Assembler:
         if body:
             launch.server_args_line = launch.server_args_line or fact.line
 
+    def _vllm_weights(self, stream: Stream, fact: Fact) -> None:
+        self._launch.progress = None  # `Model loading took ...`: the weights are in
+
     def _vllm_ready(self, stream: Stream, fact: Fact) -> None:
         self._launch.initialised = self._launch.initialised or fact.line
+        self._launch.progress = None
 
     # -- checkpoints ------------------------------------------------------------------------
 
@@ -517,8 +524,11 @@ class Assembler:
             return "graph_capture"
         if kind not in OOM_KINDS:
             return "unknown"  # the startup step says where memory ran out, not where code broke
-        if phase != "startup" or any(k in self._launch.counts for k in _VLLM_KINDS):
-            return "unknown"  # vLLM has no SGLang checkpoints to place a startup failure by
+        if any(k in self._launch.counts for k in _VLLM_KINDS):
+            # vLLM has no SGLang checkpoints; its weight-loading bar still says what is running
+            return "weights" if self._launch.progress == "load_progress" else "unknown"
+        if phase != "startup":
+            return "unknown"
         state = self._rank_state(line)
         last = state.last_checkpoint if state else None
         return {
