@@ -7,6 +7,7 @@ print other sentences. Formats: ../shared/reference/pytorch-oom.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from oomdoctor.model import OomMessage
 
@@ -28,11 +29,32 @@ def _size(name: str) -> str:
     return _SIZE.format(name=name)
 
 
-def _words(pattern: str) -> re.Pattern[str]:
+class _Words:
     """A pattern whose spaces may be missing or doubled: a message re-wrapped by hand loses the
     space at every break (or gains one inside a word), so the pieces are read joined with nothing
-    between them and every space in a pattern matches any run of whitespace, or none."""
-    return re.compile(pattern.replace(" ?", " ").replace(" ", r"\s*"))
+    between them and every space in a pattern matches any run of whitespace, or none.
+
+    Compiled on first use: most runs never meet an OOM message, and start-up time matters."""
+
+    __slots__ = ("_compiled", "_source")
+
+    def __init__(self, pattern: str) -> None:
+        self._source = pattern.replace(" ?", " ").replace(" ", r"\s*")
+        self._compiled: re.Pattern[str] | None = None
+
+    def _get(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self._source)
+        return self._compiled
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self._get().search(text)
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self._get().finditer(text)
+
+
+_words = _Words
 
 
 _REQUESTED = _words(r"Tried to allocate " + _size("req"))
@@ -72,7 +94,7 @@ def _gib(m: re.Match[str], name: str) -> float | None:
     return float(value) * _UNITS[m.group(name + "_u")]
 
 
-def _first(pattern: re.Pattern[str], text: str, name: str) -> float | None:
+def _first(pattern: _Words, text: str, name: str) -> float | None:
     m = pattern.search(text)
     return _gib(m, name) if m else None
 

@@ -82,9 +82,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "nccl_error",
         ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclRemoteError"),
         r"(?:NCCL error[^:]*:\s*(?P<what>unhandled system error|internal error|invalid usage"
-        r"|remote process exited or there was a network error|invalid argument"
-        r"|unhandled cuda error)|(?P<code>ncclSystemError|ncclInternalError|ncclRemoteError"
-        r"|ncclInvalidUsage|ncclUnhandledCudaError))",
+        r"|remote process exited or there was a network error|invalid argument)"
+        r"|(?P<code>ncclSystemError|ncclInternalError|ncclRemoteError|ncclInvalidUsage))",
         description="NCCL failed (shared memory, network, a peer, the driver)",
     ),
     sig(
@@ -140,6 +139,8 @@ SIGNATURES: tuple[Signature, ...] = (
             "Connection aborted",
             "RemoteDisconnected",
             "Server disconnected",
+            "unhandled cuda error",
+            "ncclUnhandledCudaError",
         ),
         r"(?P<what>See root cause above|(?:check|See) the stack trace (?:above )?for the root cause"
         r"|Engine core initialization failed|EngineDeadError|EngineCore encountered a fatal error"
@@ -147,7 +148,9 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|The actor died unexpectedly|RayActorError|ChildFailedError"
         r"|Child process unexpectedly failed with an exit code (?P<code>-?\d+)"
         r"|(?:Invocation of|Call to) \w+ method failed"
-        r"|Connection aborted|RemoteDisconnected|Server disconnected)",
+        r"|Connection aborted|RemoteDisconnected|Server disconnected"
+        # a CUDA failure inside NCCL (often an OOM or a fault of its own): the cause is elsewhere
+        r"|NCCL error[^:]*:\s*unhandled cuda error|ncclUnhandledCudaError)",
         description="a wrapper that says a failure happened elsewhere (its cause is above it)",
     ),
 )
