@@ -441,6 +441,8 @@ def build(
             y_max = 1.0 - reserve / pre
             y_max_basis = f"a runtime reserve of {res.gib:.2f} GiB ({res.basis})"
     window_empty = (y_min > y_max) if y_min is not None and y_max is not None else None
+    if stage is not None and kv is not None:  # the stage's own figure, by whichever formula ran
+        ranks = tuple(r._replace(kv_gib=kv) if r.stage == stage.stage else r for r in ranks)
 
     return Budget(
         kv_reserve_gib=_mm_reserve(incident),
