@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look
 RL_STACK = frozenset({"verl", "slime", "openrlhf", "torch_memory_saver"})
 #: Engines whose stages are separate processes sharing GPUs by design.
 PIPELINE_ENGINES = frozenset({"sglang-omni", "vllm-omni"})
+#: An OOM with this much more free than requested was refused by something other than the GPU.
+FREE_ROOM_GIB = 4.0
 #: Memory held outside every listed process this large is a holder of its own (GiB).
 HIDDEN_HOLDER_GIB = 2.0
 
@@ -65,6 +67,8 @@ FEATURE_DOCS: Mapping[str, str] = {
     "oom.hidden_gib": "used memory held outside every listed process, beyond this process's own "
     "non-PyTorch allowance when the message does not size this process (0 bytes, no NVML, 1.x)",
     "oom.exceeds_card": "the single allocation is at least the GPU's whole capacity",
+    "oom.free_covers_request": "the message shows far more memory free than was requested "
+    "(twice the request and 4 GiB more)",
     "oom.foreign_may_be_stage": "a pipeline engine (SGLang Omni, vLLM-Omni) whose log names no stage "
     "PIDs: the other holders may be its own stages",
     "oom.foreign_explains": "the foreign holders alone account for the shortfall",
@@ -320,6 +324,7 @@ def _oom_features(
             put(f"oom.{name}", None)
         put("oom.exceeds_card", False)
         put("oom.foreign_may_be_stage", False)
+        put("oom.free_covers_request", False)
         for name in ("foreign_gib", "sibling_gib"):
             put(f"oom.{name}", 0.0)
         put("oom.foreign_explains", False)
@@ -364,6 +369,15 @@ def _oom_features(
         and oom.requested_gib >= oom.total_gib
     )
     put("oom.exceeds_card", exceeds, where if exceeds else None)
+    # Free memory the size of the request is common in real OOMs (PyTorch reads it after releasing
+    # its cache, another process's use moves): only far more than asked says the GPU had room.
+    roomy = (
+        oom.requested_gib is not None
+        and oom.free_gib is not None
+        and oom.allowed_gib is None  # a per-process cap is a limit of its own
+        and oom.free_gib >= max(2 * oom.requested_gib, oom.requested_gib + FREE_ROOM_GIB)
+    )
+    put("oom.free_covers_request", roomy, where if roomy else None)
     used = (
         oom.total_gib - oom.free_gib
         if oom.total_gib is not None and oom.free_gib is not None

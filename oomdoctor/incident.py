@@ -260,6 +260,7 @@ class Assembler:
             "frame": self._frame,
             "warmup_failed": self._warmup,
             "logical_kv_detail": self._logical_detail,
+            "tp_imbalance_detail": self._imbalance_detail,
             "vllm_config": self._vllm_config,
             "omni_memory_profile": self._omni_profile,
             "vllm_ready": self._vllm_ready,
@@ -713,6 +714,17 @@ class Assembler:
         if stream.frames:
             self._detector.frames(stream.frames)
         stream.end()
+
+    def _imbalance_detail(self, stream: Stream, fact: Fact) -> None:
+        """The numbers of an imbalance message that a wrap pushed onto the next line."""
+        for builder in reversed(self._launch.failures.values()):
+            if builder.kind == "tp_imbalance":
+                if 0 < fact.line.number - builder.line.number <= 3:
+                    for k in ("min", "local"):
+                        value = fact.data.get(k)
+                        if value is not None and builder.data.get(k) is None:
+                            builder.data[k] = value
+                return
 
     def _logical_detail(self, stream: Stream, fact: Fact) -> None:
         for builder in reversed(self._launch.failures.values()):

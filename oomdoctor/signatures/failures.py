@@ -75,12 +75,19 @@ SIGNATURES: tuple[Signature, ...] = (
         r"(?P<profiled>-?\d+)",
     ),
     # --- co-tenant signals --------------------------------------------------------------------
-    sig(
+    sig(  # the rest of the sentence and its numbers may be wrapped onto the next lines
         "tp_imbalance",
         "memory capacity is unbalanced",
-        r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes\.?"
-        r"(?: (?:min_per_gpu_memory|pre_model_load_memory)=(?P<min>[\d.]+), "
+        r"The memory capacity is unbalanced\.(?:\s*Some GPUs may be occupied by other"
+        r"(?:\s+processes\.?)?)?"
+        r"(?:\s*(?:min_per_gpu_memory|pre_model_load_memory)=(?P<min>[\d.]+),\s*"
         r"local_gpu_memory=(?P<local>[\d.]+))?",
+    ),
+    sig(
+        "tp_imbalance_detail",
+        ("pre_model_load_memory=", "min_per_gpu_memory=", "local_gpu_memory="),
+        r"(?:(?:min_per_gpu_memory|pre_model_load_memory)=(?P<min>[\d.]+))?,?\s*"
+        r"(?:local_gpu_memory=(?P<local>[\d.]+))?",
     ),
     sig(
         "stage_load_negative",
