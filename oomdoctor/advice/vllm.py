@@ -188,6 +188,12 @@ def lower_utilization(ctx: Context) -> list[Action]:
     out: list[Action] = []
     if ctx.primary is not None and ctx.primary.kind == "startup_free_memory":
         return _fit_startup_check(ctx)
+    short = (
+        oom.requested_gib - oom.free_gib
+        if oom and oom.requested_gib is not None and oom.free_gib is not None
+        else None
+    )
+    need = f" (at least {short:.2f} GiB more)" if short and short > 0 else ""
     if u is not None and total and b.u_max is not None and b.u_max < u:
         target = b.u_max
         freed = (u - target) * total
@@ -220,12 +226,6 @@ def lower_utilization(ctx: Context) -> list[Action]:
                 )
             )
     elif u is not None:
-        short = (
-            oom.requested_gib - oom.free_gib
-            if oom and oom.requested_gib is not None and oom.free_gib is not None
-            else None
-        )
-        need = f" (at least {short:.2f} GiB more)" if short and short > 0 else ""
         out.append(
             Action(
                 text=f"Lower --gpu-memory-utilization (today {u:.2f}) to leave more memory "
@@ -236,12 +236,6 @@ def lower_utilization(ctx: Context) -> list[Action]:
             )
         )
     else:
-        short = (
-            oom.requested_gib - oom.free_gib
-            if oom and oom.requested_gib is not None and oom.free_gib is not None
-            else None
-        )
-        need = f" (at least {short:.2f} GiB more)" if short and short > 0 else ""
         out.append(
             Action(
                 text="Lower --gpu-memory-utilization (the log does not show today's value; vLLM's "
