@@ -56,6 +56,21 @@ def load_toml(path: Path) -> dict[str, object]:
     return tomllib.loads(path.read_text("utf-8"))
 
 
+#: Every fixture log has a sidecar `NAME.expect.toml` beside it.
+SIDECARS = sorted(FIXTURES.rglob("*.expect.toml"))
+
+
+def fixture_log(sidecar: Path) -> Path:
+    return sidecar.with_name(sidecar.name.replace(".expect.toml", ".log"))
+
+
+def fixture_snapshots(sidecar: Path) -> tuple[Path, ...]:
+    """The sidecar's `snapshot` key: a path or a list of paths, relative to the sidecar."""
+    raw = load_toml(sidecar).get("snapshot", [])
+    names = [raw] if isinstance(raw, str) else list(raw)  # type: ignore[call-overload]
+    return tuple((sidecar.parent / n).resolve() for n in names)
+
+
 def mem_fraction_directions(rep: dict[str, object]) -> list[str]:
     actions = rep["actions"]
     assert isinstance(actions, list)

@@ -24,16 +24,12 @@ import pytest
 from oomdoctor import pipeline, report
 from oomdoctor.gpu.loaders import load
 from oomdoctor.model import Diagnosis
-from tests.conftest import FIXTURES, load_toml
+from tests.conftest import FIXTURES, SIDECARS, fixture_snapshots, load_toml
+from tests.conftest import fixture_log as _log
 
-SIDECARS = sorted(FIXTURES.rglob("*.expect.toml"))
 LAST_LINES = 12
 WRAP = 80
 _FRAME = re.compile(rb'File "[^"]+", line \d+, in ')
-
-
-def _log(sidecar: Path) -> Path:
-    return sidecar.with_name(sidecar.name.replace(".expect.toml", ".log"))
 
 
 def _lines(path: Path) -> list[bytes]:
@@ -66,20 +62,13 @@ def run_excerpt(
 
 
 def _gpu(sidecar: Path) -> Any:
-    raw = load_toml(sidecar).get("snapshot", [])
-    names = [raw] if isinstance(raw, str) else list(raw)  # type: ignore[arg-type]
-    return load([(sidecar.parent / n).resolve() for n in names]) if names else None
+    names = fixture_snapshots(sidecar)
+    return load(list(names)) if names else None
 
 
 def _deciding_lines(diagnose: Callable[..., Diagnosis], sidecar: Path) -> set[int]:
-    whole = diagnose(_log(sidecar), _snapshots(sidecar))
+    whole = diagnose(_log(sidecar), fixture_snapshots(sidecar))
     return {e.line.number for f in whole.findings[:1] for e in f.evidence}
-
-
-def _snapshots(sidecar: Path) -> tuple[Path, ...]:
-    raw = load_toml(sidecar).get("snapshot", [])
-    names = [raw] if isinstance(raw, str) else list(raw)  # type: ignore[arg-type]
-    return tuple((sidecar.parent / n).resolve() for n in names)
 
 
 def _check(
@@ -164,7 +153,7 @@ def test_rewrapped_message(
     run_excerpt: Callable[[Path, list[bytes]], Diagnosis],
 ) -> None:
     """The whole log with its OOM message re-wrapped keeps the category and the message's numbers."""
-    whole = report_of(_log(sidecar), _snapshots(sidecar))
+    whole = report_of(_log(sidecar), fixture_snapshots(sidecar))
     where = whole["failure"]["where"]["line"]
     lines = _lines(_log(sidecar))
     if len(lines[where - 1]) <= WRAP:

@@ -8,25 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, load_toml, mem_fraction_directions
+from tests.conftest import FIXTURES, SIDECARS, fixture_snapshots, load_toml, mem_fraction_directions
+from tests.conftest import fixture_log as _log
 
-SIDECARS = sorted(FIXTURES.rglob("*.expect.toml"))
 TOLERANCE_GIB = 0.05
 
 
-def _log(sidecar: Path) -> Path:
-    return sidecar.with_name(sidecar.name.replace(".expect.toml", ".log"))
-
-
-def _snapshots(sidecar: Path) -> tuple[Path, ...]:
-    """The sidecar's `snapshot` key: a path or a list of paths, relative to the sidecar."""
-    raw = load_toml(sidecar).get("snapshot", [])
-    names = [raw] if isinstance(raw, str) else list(raw)
-    return tuple((sidecar.parent / n).resolve() for n in names)
-
-
 def _report(sidecar: Path, report_of: Callable[..., dict]) -> dict:
-    return report_of(_log(sidecar), _snapshots(sidecar))
+    return report_of(_log(sidecar), fixture_snapshots(sidecar))
 
 
 @pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
@@ -101,7 +90,7 @@ def test_oom_numbers_and_holders(
     for key in ("requested_gib", "free_gib", "total_gib", "this_process_gib"):
         if key in expect:
             assert oom[key] == pytest.approx(expect[key], abs=0.01), key
-    diag = diagnose(_log(sidecar), _snapshots(sidecar))
+    diag = diagnose(_log(sidecar), fixture_snapshots(sidecar))
     failure = primary_failure(diag.incident)
     assert failure is not None and failure.oom is not None
     view = holders.judge(failure.oom, sibling_pids(diag.incident), server_pids(diag.gpu))
