@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from oomdoctor.timeline import Timeline
+from oomdoctor.incident.timeline import Timeline
 
 if TYPE_CHECKING:
     from oomdoctor.gpu.view import GpuView

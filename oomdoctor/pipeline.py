@@ -10,20 +10,23 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeAlias
 
-from oomdoctor import advice, budget, engine, features, parallel, verdict
-from oomdoctor.extract import Extractor, MarkerMatcher, Matcher, SignatureMatcher
-from oomdoctor.feed import Feeder
-from oomdoctor.incident import Assembler
+from oomdoctor import advice, budget
+from oomdoctor.budget.sglang import GIB
+from oomdoctor.extract.facts import Extractor, MarkerMatcher, Matcher, SignatureMatcher
+from oomdoctor.extract.signatures import ALL as SIGNATURES
+from oomdoctor.incident.assemble import Assembler
+from oomdoctor.incident.feed import Feeder
 from oomdoctor.knowledge import Knowledge, builtin, family
 from oomdoctor.model import Budget, Diagnosis, Failure, Incident, Line
-from oomdoctor.reader import ReadStats, iter_blocks, open_source
-from oomdoctor.rules import Rule, builtin_dir, load
-from oomdoctor.signatures import ALL as SIGNATURES
+from oomdoctor.read import parallel
+from oomdoctor.read.sources import ReadStats, iter_blocks, open_source
+from oomdoctor.rules import engine, features, verdict
+from oomdoctor.rules.schema import Rule, builtin_dir, load
 
 if TYPE_CHECKING:  # loaded when used: GPU state, live capture
     from oomdoctor.gpu.snapshot import Snapshot
     from oomdoctor.gpu.view import GpuView, Unavailable
-    from oomdoctor.stream import StreamParser
+    from oomdoctor.incident.live import StreamParser
 
 Progress = Callable[[int], None]
 GpuState: TypeAlias = "Snapshot | Unavailable | None"
@@ -103,7 +106,7 @@ def stream_parser(
     knowledge: Knowledge | None = None,
 ) -> StreamParser:
     """The incremental parser `watch` and `diagnose --follow` feed with live output."""
-    from oomdoctor.stream import StreamParser
+    from oomdoctor.incident.live import StreamParser
 
     return StreamParser(
         Extractor(matchers(rules, knowledge)), Assembler((label,), knowledge), on_crash
@@ -160,7 +163,7 @@ def _capacity(gpu: GpuState) -> float | None:
     the driver's reservation, which is what CUDA (and vLLM) call total."""
     devices = getattr(gpu, "devices", ())
     sizes = {d.total_bytes - (d.reserved_bytes or 0) for d in devices if d.total_bytes}
-    return sizes.pop() / budget.GIB if len(sizes) == 1 else None
+    return sizes.pop() / GIB if len(sizes) == 1 else None
 
 
 def _gpu_view(

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import pipeline, report
+from oomdoctor import pipeline
 from oomdoctor.gpu.loaders import load
 from oomdoctor.model import Diagnosis
-from oomdoctor.rules import Rule
+from oomdoctor.report.build import build_report
+from oomdoctor.rules.schema import Rule
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -49,7 +50,7 @@ def diagnose(rules: tuple[Rule, ...]) -> Diagnose:
 
 @pytest.fixture(scope="session")
 def report_of(diagnose: Diagnose) -> Callable[..., dict[str, object]]:
-    return lambda path, snapshots=(): report.build(diagnose(path, tuple(snapshots)))
+    return lambda path, snapshots=(): build_report(diagnose(path, tuple(snapshots)))
 
 
 def load_toml(path: Path) -> dict[str, object]:

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from oomdoctor import pipeline, report
+from oomdoctor import pipeline
 from oomdoctor.gpu.loaders import load
 from oomdoctor.model import Diagnosis
+from oomdoctor.report.build import build_report
 from tests.conftest import FIXTURES, SIDECARS, fixture_snapshots, load_toml
 from tests.conftest import fixture_log as _log
 
@@ -159,7 +160,7 @@ def test_rewrapped_message(
     if len(lines[where - 1]) <= WRAP:
         pytest.skip("the OOM message already fits on one line")
     wrapped = [*lines[: where - 1], *rewrap(lines[where - 1]), *lines[where:]]
-    rep = report.build(run_excerpt(sidecar, wrapped))
+    rep = build_report(run_excerpt(sidecar, wrapped))
     assert rep["verdict"]["category"] == load_toml(sidecar)["category"], rep["verdict"]["summary"]
     for key in ("requested_gib", "free_gib", "total_gib", "this_process_gib"):
         assert rep["failure"]["oom"][key] == whole["failure"]["oom"][key], key

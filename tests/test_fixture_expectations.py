@@ -80,8 +80,8 @@ def test_budget_numbers(sidecar: Path, report_of: Callable[[Path], dict]) -> Non
 def test_oom_numbers_and_holders(
     sidecar: Path, report_of: Callable[[Path], dict], diagnose: Callable[[Path], object]
 ) -> None:
-    from oomdoctor import holders
-    from oomdoctor.features import primary_failure, server_pids, sibling_pids
+    from oomdoctor.budget import holders
+    from oomdoctor.rules.features import primary_failure, server_pids, sibling_pids
 
     expect = load_toml(sidecar)["oom"]
     rep = _report(sidecar, report_of)

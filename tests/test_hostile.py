@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oomdoctor import pipeline, report
+from oomdoctor import pipeline
 from oomdoctor.cli import cli
 from oomdoctor.model import CATEGORIES
+from oomdoctor.report.build import build_report
 from tests.conftest import FIXTURES, REAL_LOGS, REPO
 
 RULES = pipeline.load_rules()
@@ -31,7 +32,7 @@ REAL_LINES = [
 def _diagnose(data: bytes) -> dict:
     """The whole pipeline on raw bytes, as `diagnose -` would see them."""
     diag = pipeline.run(["-"], RULES, stdin=io.BytesIO(data))
-    rep = report.build(diag)
+    rep = build_report(diag)
     assert rep["verdict"]["category"] in CATEGORIES
     json.dumps(rep)  # always serialisable
     return rep

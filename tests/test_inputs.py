@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from oomdoctor.cli import cli
-from oomdoctor.reader import MAX_LINE
+from oomdoctor.read.sources import MAX_LINE
 from tests.conftest import FIXTURES
 
 Y070 = FIXTURES / "sglang-0.5.2" / "worked-example-y070.log"

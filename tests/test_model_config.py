@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import model_config
+from oomdoctor.budget import model_config
 from tests.conftest import FIXTURES
 
 CONFIGS = FIXTURES / "configs"

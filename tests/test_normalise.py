@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor.normalise import normalise, rank_numbers
+from oomdoctor.extract.normalise import normalise, rank_numbers
 
 MSG = "Load weight begin. avail mem=78.00 GB"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import picture
 from oomdoctor.model import Budget
-from oomdoctor.render import render
+from oomdoctor.report import picture
+from oomdoctor.report.render import render
 from tests.conftest import FIXTURES
 
 B = Budget(pre_gib=78.0, post_gib=18.0, weights_gib=60.0, mem_fraction_static=0.7)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from oomdoctor import pipeline, progress
+from oomdoctor import pipeline
+from oomdoctor.read import progress
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sglang-0.5.10" / "runtime-prefill-oom.log"
 

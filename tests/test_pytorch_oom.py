@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor.pytorch_oom import needs_more, parse_oom
+from oomdoctor.extract.pytorch_oom import needs_more, parse_oom
 
 CURRENT = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.19 GiB of "

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from oomdoctor.cli import cli
-from oomdoctor.redact import MASK, Redactor
+from oomdoctor.report.redact import MASK, Redactor
 
 SECRETS = {
     "api": "sk-PLANTEDapiKEY0123456789abcdef",

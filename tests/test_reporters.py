@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.render import render
-from oomdoctor.render.md_safe import code, fence
+from oomdoctor.report.md_safe import code, fence
+from oomdoctor.report.render import render
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -109,7 +109,7 @@ def test_fence_and_code_survive_backticks(text: str) -> None:
 def test_escape_keeps_plain_text_plain(text: str) -> None:
     from markdown_it import MarkdownIt
 
-    from oomdoctor.render.md_safe import escape
+    from oomdoctor.report.md_safe import escape
 
     tokens = MarkdownIt("commonmark").parse(escape(text))
     assert [t.type for t in tokens] == ["paragraph_open", "inline", "paragraph_close"]

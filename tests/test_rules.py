@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from oomdoctor import pipeline
-from oomdoctor.features import FEATURE_DOCS
-from oomdoctor.rules import FixtureRef, Rule
-from oomdoctor.ruletest import check
+from oomdoctor.rules.features import FEATURE_DOCS
+from oomdoctor.rules.schema import FixtureRef, Rule
+from oomdoctor.rules.selftest import check
 from tests.conftest import FIXTURES, RULES
 
 BUILTIN = pipeline.load_rules()

@@ -10,9 +10,10 @@ from types import ModuleType
 
 import pytest
 
-from oomdoctor import parallel, pipeline
+from oomdoctor import pipeline
 from oomdoctor.model import Incident
-from oomdoctor.scan import STATS_HEADS, Scanner
+from oomdoctor.read import parallel
+from oomdoctor.read.scan import STATS_HEADS, Scanner
 
 ROOT = Path(__file__).parent.parent
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oomdoctor.signatures.startup import parse_server_args
+from oomdoctor.extract.signatures.startup import parse_server_args
 
 
 def test_dataclass_repr() -> None:

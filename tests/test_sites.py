@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from oomdoctor import knowledge, sites
+from oomdoctor import knowledge
 from oomdoctor.cli import cli
+from oomdoctor.incident import sites
 from oomdoctor.model import Frame
 
 
@@ -215,7 +216,7 @@ def test_the_scanner_keeps_its_fast_paths_with_the_knowledge_anchors() -> None:
     """No marker may be a substring of a stats or access line: the fast scan would then read
     every such line one by one."""
     from oomdoctor import pipeline
-    from oomdoctor.extract import Extractor
+    from oomdoctor.extract.facts import Extractor
 
     scanner = Extractor(pipeline.matchers(pipeline.load_rules())).scanner
     assert scanner._stats_boring and scanner._access_boring

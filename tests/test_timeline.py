@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from oomdoctor.timeline import MAX_POINTS, TimelineBuilder, sparkline
+from oomdoctor.incident.timeline import MAX_POINTS, TimelineBuilder, sparkline
 
 T0 = datetime(2026, 1, 1, 0, 0, 0)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import pipeline
-from oomdoctor.versions import _MARKERS, key
+from oomdoctor.incident.versions import _MARKERS, key
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from oomdoctor.features import Feature
+from oomdoctor.incident.versions import at_least, at_most
 from oomdoctor.model import Action, Budget, Failure, Incident
-from oomdoctor.versions import at_least, at_most
+from oomdoctor.rules.features import Feature
 
 if TYPE_CHECKING:
     from oomdoctor.gpu.view import GpuView

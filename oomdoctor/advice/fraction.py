@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from oomdoctor.advice.context import RAISE_MARGIN, Context
-from oomdoctor.budget import GIB, kv_at, round_down, round_up
+from oomdoctor.budget.sglang import GIB, kv_at, round_down, round_up
+from oomdoctor.incident.versions import at_least
 from oomdoctor.model import Action
 from oomdoctor.units import size
-from oomdoctor.versions import at_least
 
 FLAG = "--mem-fraction-static"
 #: Below this dynamic share a server cannot run at all (graphs, NCCL, cuBLAS, a single batch).

@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
-from oomdoctor import holders
 from oomdoctor.advice.context import MARGIN_MIN_GIB, Context
-from oomdoctor.budget import GIB, round_down, round_up
-from oomdoctor.features import server_pids, sibling_pids
+from oomdoctor.budget import holders
+from oomdoctor.budget.sglang import GIB, round_down, round_up
 from oomdoctor.model import Action
+from oomdoctor.rules.features import server_pids, sibling_pids
 
 THINKER_FRACTION = "--thinker.engine.mem_fraction_static"
 THINKER_BUDGET = "--thinker.gpu_memory_fraction"

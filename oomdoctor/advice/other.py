@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from oomdoctor import holders
 from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.fraction import lower_action, raise_fraction
-from oomdoctor.budget import GIB, round_down, runtime_spare
-from oomdoctor.features import server_pids, sibling_pids
+from oomdoctor.budget import holders
+from oomdoctor.budget.sglang import GIB, round_down, runtime_spare
 from oomdoctor.model import Action
+from oomdoctor.rules.features import server_pids, sibling_pids
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
 FREQUENT_RETRACTIONS_PER_HOUR = 30.0

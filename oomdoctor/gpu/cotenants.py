@@ -15,12 +15,12 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from oomdoctor import holders
-from oomdoctor.budget import CONTEXT_OVERHEAD_GIB
+from oomdoctor.budget import holders
+from oomdoctor.budget.sglang import CONTEXT_OVERHEAD_GIB
+from oomdoctor.extract.normalise import rank_numbers
 from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot
 from oomdoctor.gpu.view import GpuHolder, GpuView
 from oomdoctor.model import Budget, Failure, Incident
-from oomdoctor.normalise import rank_numbers
 
 #: A snapshot this far from the log's last line may show a different set of holders.
 STALE_AFTER_S = 15 * 60

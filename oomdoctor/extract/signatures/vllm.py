@@ -1,0 +1,197 @@
+"""vLLM's memory lines, V0 and V1 (../shared/reference/vllm-logs.md; texts checked against the
+vLLM 0.6.4, 0.7.3 and 0.10.1.1 sources).
+
+Failures reuse the engine-neutral kinds where the meaning is the same (`startup_kv_error`: no KV
+cache fits; `retraction`: KV space ran out and requests were preempted, which is graceful); the
+budget and the advice read the engine from the incident and use vLLM's definitions and flags.
+"""
+
+from __future__ import annotations
+
+import re
+
+from oomdoctor.extract.signatures.base import Signature, convert, groups, sig
+from oomdoctor.model import Scalar
+
+
+def _commas(m: re.Match[str]) -> dict[str, Scalar]:
+    """Numbers printed with thousands separators (`422,288 tokens`)."""
+    return {k: convert(v.replace(",", "")) if v else None for k, v in m.groupdict().items()}
+
+
+def _preemption(m: re.Match[str]) -> dict[str, Scalar]:
+    return {"n": 1, "mode": m.group("mode")}
+
+
+_PAIR = re.compile(r"(\w+)=([\d.]+)Gi[Bb]")  # 0.6.4 prints one of them as `Gib`
+
+
+def _profile_results(m: re.Match[str]) -> dict[str, Scalar]:
+    """0.6.4: `Memory profiling results: total_gpu_memory=23.58GiB ... gpu_memory_utilization=0.90`."""
+    data: dict[str, Scalar] = {k: float(v) for k, v in _PAIR.findall(m.group("rest"))}
+    data["u"] = float(m.group("u"))
+    return data
+
+
+SIGNATURES: tuple[Signature, ...] = (
+    # --- configuration -----------------------------------------------------------------------
+    sig(
+        "vllm_config",
+        ("args: Namespace(", "non-default args: {", "LLM engine (v", "LLM engine with config"),
+        r"^(?:args: Namespace\((?P<ns>.*)\)"
+        r"|non-default args: \{(?P<dict>.*)\}"
+        r"|Initializing (?:an|a V1) LLM engine(?: \(v(?P<version>[^)]+)\))? with config: "
+        r"(?P<config>.*))$",
+    ),
+    sig(
+        "vllm_config",
+        "Chunked prefill is enabled with max_num_batched_tokens=",
+        r"Chunked prefill is enabled with max_num_batched_tokens=(?P<batched>\d+)",
+    ),
+    # --- startup memory -------------------------------------------------------------------------
+    sig(
+        "vllm_weights",
+        ("Loading model weights took", "Model loading took"),
+        r"(?:Loading model weights took|Model loading took) (?P<w>[\d.]+) Gi?B",
+    ),
+    sig(
+        "vllm_profile",
+        "the current vLLM instance can use",
+        r"the current vLLM instance can use total_gpu_memory \((?P<total>[\d.]+)GiB\) x "
+        r"gpu_memory_utilization \((?P<u>[\d.]+)\) = (?P<budget>[\d.]+)GiB",
+    ),
+    sig(
+        "vllm_profile",
+        "model weights take",
+        r"model weights take (?P<w>-?[\d.]+)GiB; non_torch_memory takes (?P<n>-?[\d.]+)GiB; "
+        r"PyTorch activation peak memory takes (?P<a>-?[\d.]+)GiB; the rest of the memory "
+        r"reserved for KV Cache is (?P<kv>-?[\d.]+)GiB",
+    ),
+    sig(
+        "vllm_profile",
+        "Memory profiling results:",
+        r"Memory profiling results: (?P<rest>.*?gpu_memory_utilization=(?P<u>[\d.]+).*)",
+        _profile_results,
+    ),
+    sig(
+        "vllm_profile",
+        "Total non KV cache memory",
+        r"Total non KV cache memory: (?P<non_kv>[\d.]+)GiB; torch peak memory increase: "
+        r"(?P<a>-?[\d.]+)GiB; non-torch forward increase memory: (?P<n>-?[\d.]+)GiB; "
+        r"weights memory: (?P<w>[\d.]+)GiB",
+    ),
+    sig(
+        "vllm_profile",
+        "Requested memory:",
+        r"Initial free memory: (?P<free>[\d.]+) GiB; Requested memory: (?P<u>[\d.]+) \(util\), "
+        r"(?P<budget>[\d.]+) GiB",
+    ),
+    sig(
+        "vllm_kv",
+        "Available KV cache memory",
+        r"Available KV cache memory: (?P<kv>-?[\d.]+) GiB",
+    ),
+    sig(
+        "vllm_kv",
+        "GPU KV cache size:",
+        r"GPU KV cache size: (?P<tokens>[\d,]+) tokens",
+        _commas,
+    ),
+    sig(
+        "vllm_kv",
+        "Maximum concurrency for",
+        r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x",
+        _commas,
+    ),
+    sig(
+        "vllm_kv",
+        " blocks: ",
+        r"# (?P<device>GPU|CUDA|cuda|gpu|\w+) blocks: (?P<blocks>\d+), # CPU blocks: (?P<cpu>\d+)",
+    ),
+    sig(
+        "vllm_graph",
+        "Graph capturing finished",
+        r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<g>-?[\d.]+) GiB",
+    ),
+    sig(
+        "vllm_mm_profile",
+        (
+            "profile run for multi-modal models",
+            "Encoder cache will be initialized",
+            "to hold the multi-modal embeddings",
+        ),
+        r"Starting profile run for multi-modal models"
+        r"|Encoder cache will be initialized with a budget of (?P<budget>\d+) tokens, and "
+        r"profiled with (?P<items>\d+) (?P<modality>\w+) items"
+        r"|too short to hold the multi-modal embeddings in the worst case \((?P<mm_tokens>\d+) "
+        r"tokens in total",
+    ),
+    sig(
+        "vllm_ready",
+        ("Starting vLLM API server", "init engine (profile, create kv cache"),
+        r"Starting vLLM API server|init engine \(profile, create kv cache",
+    ),
+    # --- failures --------------------------------------------------------------------------------
+    sig(
+        "startup_kv_error",
+        "No available memory for the cache blocks",
+        r"(?P<variant>No available memory for the cache blocks)",
+    ),
+    sig(  # V1 profiled no room (the error follows, or the excerpt ends first)
+        "startup_kv_error",
+        "Available KV cache memory",
+        r"Available KV cache memory: (?P<available>-[\d.]+|0(?:\.0+)?) GiB",
+        lambda m: {
+            "available": float(m.group("available")),
+            "variant": "no KV memory profiled",
+            "precursor": True,
+        },
+    ),
+    sig(  # V0: the profile left no block
+        "startup_kv_error",
+        " blocks: 0,",
+        r"# (?:GPU|CUDA|cuda|gpu|\w+) blocks: 0, # CPU blocks: \d+",
+        lambda m: {"variant": "no GPU blocks", "precursor": True},
+    ),
+    sig(
+        "startup_kv_error",
+        "is larger than the maximum number of tokens that can be stored in KV cache",
+        r"The model's max seq len \((?P<max_len>\d+)\) is larger than the maximum number of "
+        r"tokens that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
+    ),
+    sig(
+        "startup_kv_error",
+        "KV cache is needed, which is larger than the available KV cache memory",
+        r"To serve at least one request with the models?'s max seq len \((?P<max_len>\d+)\), "
+        r"\((?P<needed>[\d.]+) GiB KV cache is needed, which is larger than the available KV "
+        r"cache memory \((?P<available>-?[\d.]+) GiB\)\.(?: Based on the available memory, "
+        r"the estimated maximum model length is (?P<estimated>\d+)\.)?",
+    ),
+    sig(
+        "startup_free_memory",
+        "on startup is less than desired GPU memory utilization",
+        r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup "
+        r"is less than desired GPU memory utilization \((?P<u>[\d.]+), (?P<requested>[\d.]+) GiB\)",
+    ),
+    sig(
+        "profiling_free_changed",
+        "Error in memory profiling",
+        r"Error in memory profiling\. Initial free memory (?P<initial>[\d.]+)(?: GiB)?, current "
+        r"free memory (?P<current>[\d.]+)(?: GiB)?",
+    ),
+    sig(
+        "retraction",
+        "because there is not enough KV cache space",
+        r"is preempted by PreemptionMode\.(?P<mode>\w+) mode because there is not enough KV cache "
+        r"space",
+        _preemption,
+    ),
+    # --- RL colocation: sleep mode frees the engine's memory for a trainer ------------------------
+    sig(
+        "rl_colocation",
+        ("Sleep mode freed", "seconds to fall asleep", "seconds to wake up", "wake up the engine"),
+        r"Sleep mode freed (?P<freed>[\d.]+) GiB memory, (?P<in_use>[\d.]+) GiB memory is still "
+        r"in use|It took (?P<s>[\d.]+) seconds to (?P<what>fall asleep|wake up)|wake up the engine",
+        groups,
+    ),
+)

@@ -1,0 +1,37 @@
+"""Markdown for incident tickets (jinja2 template, StrictUndefined)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def render(report: dict[str, Any]) -> str:
+    import jinja2
+
+    from oomdoctor.report.md_safe import code, escape, fence
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("oomdoctor.report", "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # Markdown, not HTML: every log-derived value goes through a filter
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    from urllib.parse import quote
+
+    from oomdoctor.incident.timeline import sparkline
+    from oomdoctor.report import picture
+    from oomdoctor.report.labels import holder_label
+
+    env.filters["holder"] = holder_label
+    env.filters["bars"] = picture.bars
+    env.filters["mermaid"] = lambda seg: picture.mermaid(seg, f"the card at y = {seg['y']:.2f}")
+    env.filters["sparkline"] = sparkline
+    env.filters["urlpath"] = lambda p: quote(str(p))
+    env.filters["fence"] = fence
+    env.filters["code"] = code
+    env.filters["esc"] = escape
+    env.filters["gib"] = lambda x: "unknown" if x is None else f"{x:.2f} GiB"
+    env.filters["num"] = lambda x, d=3: "unknown" if x is None else f"{x:.{d}f}"
+    return env.get_template("report.md.j2").render(r=report)

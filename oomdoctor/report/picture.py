@@ -1,0 +1,150 @@
+"""The card as a stacked bar: other processes | context | weights | KV | dynamic share | free.
+
+``segments`` computes the picture as data (it goes into the report dict); ``text_bar``, ``svg``
+and ``mermaid`` draw it. A part the log does not give is left out of the bar and named as unknown
+in the legend, never drawn as zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor.budget.sglang import kv_at
+from oomdoctor.model import Budget
+
+#: (key, label, text-bar character, SVG colour)
+PARTS: tuple[tuple[str, str, str, str], ...] = (
+    ("held", "held before loading (CUDA context, other processes)", "c", "#bdbdbd"),
+    ("other", "other processes", "o", "#9e9e9e"),
+    ("weights", "weights", "W", "#1f77b4"),
+    ("kv", "KV cache", "K", "#2ca02c"),
+    ("dynamic", "dynamic share (activations, graphs)", "d", "#ff7f0e"),
+    ("free", "free", ".", "#eeeeee"),
+)
+_SHORT = {
+    "held": "context, others",
+    "other": "other processes",
+    "weights": "weights",
+    "kv": "KV cache",
+    "dynamic": "dynamic share",
+    "free": "free",
+}
+_CHAR = {k: c for k, _, c, _ in PARTS}
+_LABEL = {k: label for k, label, _, _ in PARTS}
+_COLOUR = {k: colour for k, _, _, colour in PARTS}
+
+
+def segments(
+    b: Budget, y: float | None, capacity: float | None, held: float | None, others: float | None
+) -> dict[str, Any] | None:
+    """The card at fraction y, in GiB (None = unknown), plus the KV shortfall when negative.
+
+    ``held`` is capacity − pre: what the CUDA context and any other process held before the
+    weights loaded; ``others`` is the part the snapshot attributes to other processes.
+    """
+    if y is None or b.pre_gib is None or b.post_gib is None or b.weights_gib is None:
+        return None
+    pre = b.pre_gib
+    kv = kv_at(y, pre, b.post_gib) - b.kv_reserve_gib
+    parts: dict[str, float | None] = {}
+    if others is not None and held is not None:
+        parts["other"] = min(others, held)
+        parts["held"] = max(held - others, 0.0)
+    else:
+        parts["held"] = held
+    parts["weights"] = b.weights_gib
+    parts["kv"] = max(kv, 0.0)
+    parts["dynamic"] = (1 - y) * pre if kv >= 0 else b.post_gib  # a negative pool leaves only post
+    if capacity is not None and held is not None:
+        free = capacity - sum(v for v in parts.values() if v is not None)
+        if free > 0.05:
+            parts["free"] = free
+    order = [k for k, *_ in PARTS]
+    labels = dict(_LABEL)
+    if "other" in parts:
+        labels["held"] = "CUDA context"  # the other processes have their own part
+    return {
+        "y": round(y, 4),
+        "capacity_gib": None if capacity is None else round(capacity, 2),
+        "parts": [
+            {
+                "key": k,
+                "label": labels[k],
+                "gib": None if parts[k] is None else round(parts[k] or 0.0, 2),
+            }
+            for k in sorted(parts, key=order.index)
+        ],
+        "kv_shortfall_gib": round(-kv, 2) if kv < 0 else None,
+    }
+
+
+def text_bar(seg: dict[str, Any], width: int = 64) -> str:
+    """``[ooccWWWWWWKKKdd..]`` scaled to the card (or to pre when the card is unknown)."""
+    known = [p for p in seg["parts"] if p["gib"] is not None]
+    total = seg["capacity_gib"] or sum(p["gib"] for p in known) or 1.0
+    cells = ""
+    for p in known:
+        cells += _CHAR[p["key"]] * round(p["gib"] / total * width)
+    bar = f"[{cells[:width].ljust(width)}]"
+    legend = "; ".join(
+        f"{_CHAR[p['key']]} {p['label']} {'unknown' if p['gib'] is None else format(p['gib'], '.2f') + ' GiB'}"
+        for p in seg["parts"]
+    )
+    short = (
+        f"; KV short by {seg['kv_shortfall_gib']:.2f} GiB" if seg.get("kv_shortfall_gib") else ""
+    )
+    return f"y={seg['y']:.2f} {bar}\n  {legend}{short}"
+
+
+def bars(pic: dict[str, Any]) -> str:
+    """The card now and, when a change is recommended, after it."""
+    if not pic.get("after"):
+        return text_bar(pic["before"])
+    now = text_bar(pic["before"]).replace("\n", "\n      ")
+    after = text_bar(pic["after"]).replace("\n", "\n      ")
+    return f"now   {now}\nafter {after}"
+
+
+def mermaid(seg: dict[str, Any], title: str) -> str | None:
+    """A Mermaid pie of the card (GitHub and GitLab render it); None when a part is unknown."""
+    if any(p["gib"] is None for p in seg["parts"]) or seg.get("kv_shortfall_gib"):
+        return None
+    lines = ["pie showData", f"    title {title}"]
+    lines += [f'    "{p["label"]}" : {p["gib"]:.2f}' for p in seg["parts"] if p["gib"]]
+    return "\n".join(lines)
+
+
+def svg(pictures: list[tuple[str, dict[str, Any]]], width: int = 720) -> str:
+    """Stacked horizontal bars, one per (caption, segments), with a legend."""
+    from html import escape  # only --svg pays for html.entities
+
+    row, top = 46, 10
+    height = top + row * len(pictures) + 40
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="12">'
+    ]
+    bar_w = width - 20
+    for i, (caption, seg) in enumerate(pictures):
+        y0 = top + i * row
+        out.append(f'<text x="10" y="{y0 + 12}">{escape(caption)}</text>')
+        known = [p for p in seg["parts"] if p["gib"] is not None]
+        total = seg["capacity_gib"] or sum(p["gib"] for p in known) or 1.0
+        x = 10.0
+        for p in known:
+            w = p["gib"] / total * bar_w
+            if w <= 0:
+                continue
+            out.append(
+                f'<rect x="{x:.1f}" y="{y0 + 18}" width="{w:.1f}" height="20" fill="{_COLOUR[p["key"]]}">'
+                f"<title>{escape(p['label'])}: {p['gib']:.2f} GiB</title></rect>"
+            )
+            x += w
+    lx = 10
+    for key, _, _, colour in PARTS:
+        label = _SHORT[key]
+        out.append(f'<rect x="{lx}" y="{height - 22}" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="{lx + 14}" y="{height - 13}">{escape(label)}</text>')
+        lx += 14 + 7 * len(label) + 14
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

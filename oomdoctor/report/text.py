@@ -1,0 +1,239 @@
+"""Terminal report (rich). Log text is printed as plain Text, never parsed as markup."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from oomdoctor.report.labels import holder_label
+
+_STYLE = {
+    "startup_kv_alloc": "bold red",
+    "runtime_activation": "bold red",
+    "cotenant_pressure": "bold magenta",
+    "encoder_starvation": "bold red",
+    "not_oom": "bold yellow",
+    "unknown": "bold",
+}
+
+
+def _gib(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.2f} GiB"
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "unknown" if x is None else f"{x:.{digits}f}"
+
+
+def _picture(console: Any, pic: dict[str, Any] | None) -> None:
+    from rich.text import Text
+
+    from oomdoctor.report.picture import bars
+
+    if not pic:
+        return
+    console.print(Text("The card", style="bold underline"))
+    console.print(Text(bars(pic)), soft_wrap=True)
+    console.print()
+
+
+def _timeline(console: Any, t: dict[str, Any] | None) -> None:
+    from rich.text import Text
+
+    from oomdoctor.incident.timeline import sparkline
+
+    if not t:
+        return
+    console.print(Text("Token usage over time", style="bold underline"))
+    console.print(Text(f"{t['first_ts']} {sparkline(t['usage'])} {t['last_ts']}"), soft_wrap=True)
+    bits = [f"peak {t['peak_usage']:.2f}" if t["peak_usage"] is not None else "peak unknown"]
+    bits.append(f"{t['minutes_at_95']:.0f} min at ≥ 0.95")
+    if t["retractions"]:
+        rate = f" ({t['retractions_per_hour']:.0f}/hour)" if t.get("retractions_per_hour") else ""
+        bits.append(f"{t['retractions']} retraction(s){rate}")
+    console.print(Text(", ".join(bits)))
+    console.print()
+
+
+def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
+    from rich.text import Text
+
+    console.print(Text("GPU holders", style="bold underline"))
+    if not gpu or not gpu.get("available"):
+        reason = (gpu or {}).get("reason") or "not read"
+        console.print(Text(f"GPU state not available: {reason}"))
+        console.print()
+        return
+    when = f", taken {gpu['time']}" if gpu.get("time") else ""
+    console.print(
+        Text(f"snapshot: {gpu['source']}{when}; server GPUs from {gpu['mapping']}", style="dim")
+    )
+    by_gpu: dict[str | None, list[dict[str, Any]]] = {}
+    for p in gpu["processes"]:
+        by_gpu.setdefault(p["gpu_uuid"], []).append(p)
+    for d in gpu["devices"]:
+        if not d["server"] and d["uuid"] not in by_gpu:
+            continue
+        tags = [t for t, on in (("server GPU", d["server"]), ("failing", d["failing"])) if on]
+        head = f"GPU {d['index']} {d['name'] or ''} {d['pci_bus_id'] or ''}".strip()
+        size = f"total {_gib(d['total_gib'])}, used {_gib(d['used_gib'])}"
+        console.print(Text(f"{head} ({', '.join(tags) or 'other'}): {size}", style="bold"))
+        for p in by_gpu.pop(d["uuid"], []):
+            cost = f", costs the KV pool {_gib(p['kv_cost_gib'])}" if p.get("kv_cost_gib") else ""
+            console.print(
+                Text(f"  pid {p['pid']:<8} {_gib(p['used_gib']):>11}  {holder_label(p)}{cost}")
+            )
+        if d.get("unattributed_gib"):
+            console.print(
+                Text(f"  {'':<12} {_gib(d['unattributed_gib']):>11}  held by no listed process")
+            )
+    for uuid, procs in by_gpu.items():  # processes whose GPU is not in the device table
+        console.print(Text(f"GPU {uuid or '?'}", style="bold"))
+        for p in procs:
+            console.print(Text(f"  pid {p['pid']:<8} {_gib(p['used_gib']):>11}  {holder_label(p)}"))
+    console.print()
+
+
+def _budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    if b.get("engine") == "vllm":
+        return "memory budget (vLLM)", [
+            ("total GPU memory", _gib(b["capacity_gib"])),
+            ("--gpu-memory-utilization (u)", _num(b["gpu_memory_utilization"])),
+            ("vLLM's budget total × u", _gib(b["budget_gib"])),
+            ("weights", _gib(b["weights_gib"])),
+            ("activation peak (profile run)", _gib(b["activation_gib"])),
+            ("non-torch memory", _gib(b["non_torch_gib"])),
+            (
+                "KV cache",
+                _gib(b["kv_gib"]) + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
+            ),
+            ("max_model_len", f"{b['max_model_len']:,}" if b.get("max_model_len") else "unknown"),
+            ("KV for one max_model_len request", _gib(b["kv_needed_gib"])),
+            ("CUDA graphs (outside the budget)", _gib(b["graph_gib"])),
+            (
+                "window u_min – u_max",
+                f"{_num(b['u_min'])} – {_num(b['u_max'])}"
+                + (" (empty)" if b.get("window_empty") else ""),
+            ),
+        ]
+    title = "memory budget" + (f" ({b['rank']})" if b.get("rank") else "")
+    return title, [
+        ("free before weights (pre)", _gib(b["pre_gib"])),
+        ("free after weights (post)", _gib(b["post_gib"])),
+        ("weights", _gib(b["weights_gib"])),
+        ("--mem-fraction-static (y)", _num(b["mem_fraction_static"])),
+        ("static share y·pre", _gib(b["static_gib"])),
+        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
+        ("KV pool, computed", _gib(b["kv_gib"])),
+        (
+            "KV pool, logged",
+            _gib(b["kv_logged_gib"])
+            + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
+        ),
+        ("headroom after startup", _gib(b["headroom_gib"])),
+        (
+            "window y_min – y_max",
+            f"{_num(b['y_min'])} – {_num(b['y_max'])}"
+            + (" (empty)" if b.get("window_empty") else ""),
+        ),
+    ]
+
+
+class _Batch:
+    """Collects what the report prints and hands it to rich in a few calls: each print has a
+    fixed cost, and a report is some forty lines. Runs with the same wrapping are joined."""
+
+    def __init__(self, console: Any) -> None:
+        self._console = console
+        self._items: list[tuple[Any, bool]] = []
+
+    def print(self, text: Any = None, soft_wrap: bool = False) -> None:
+        from rich.text import Text
+
+        self._items.append((Text("") if text is None else text, soft_wrap))
+
+    def flush(self) -> None:
+        from rich.text import Text
+
+        run: list[Any] = []
+        mode = False
+        for text, soft in [*self._items, (None, None)]:
+            if run and soft is not mode:
+                self._console.print(Text("\n").join(run), soft_wrap=mode)
+                run = []
+            if text is not None:
+                run.append(text)
+                mode = bool(soft)
+        self._items.clear()
+
+
+def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str:
+    from rich.console import Console
+    from rich.text import Text
+
+    buf = io.StringIO()
+    rich_console = Console(  # every setting given: rich then never probes the terminal
+        file=buf,
+        width=width,
+        height=50,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    console = _Batch(rich_console)
+    v = report["verdict"]
+    head = Text()
+    head.append(f"{v['category']}", style=_STYLE.get(v["category"], "bold"))
+    head.append(f"  ({v['confidence'] * 100:.0f}% confidence)")
+    console.print(head)
+    console.print(Text(v["summary"]))
+    if v.get("why"):
+        console.print(Text("Why: ", style="bold") + Text(v["why"].replace("\n", " ")))
+    console.print()
+
+    console.print(Text("What to change", style="bold underline"))
+    if not report["actions"]:
+        console.print(Text("Nothing: no out-of-memory was found."))
+    for i, a in enumerate(report["actions"], 1):
+        console.print(Text(f"{i}. ", style="bold") + Text(a["text"]))
+        if a.get("basis"):
+            console.print(Text(f"   basis: {a['basis']}", style="dim"))
+    console.print()
+
+    b = report["budget"]
+    title, rows = _budget_rows(b)
+    # Two aligned columns; plain text rather than rich.table, which costs start-up time.
+    left = max(len(title), *(len(name) for name, _ in rows))
+    right = max(len("value"), *(len(value) for _, value in rows))
+    console.print(Text(f"{title:<{left}}  {'value':>{right}}", style="bold"))
+    for name, value in rows:
+        console.print(Text(f"{name:<{left}}  {value:>{right}}"))
+    console.print()
+
+    _picture(console, report.get("picture"))
+    _timeline(console, report.get("timeline"))
+    _gpu(console, report.get("gpu"))
+    console.print(Text("Evidence", style="bold underline"))
+    if not report["findings"]:
+        console.print(Text("No rule fired."))
+    for f in report["findings"]:
+        console.print(Text(f"[{f['rule']}] ", style="bold") + Text(f["title"]))
+        for e in f["evidence"]:
+            where = f"{e['source']}:{e['line']}" + (f" [{e['rank']}]" if e.get("rank") else "")
+            console.print(Text(f"  {where}: ", style="cyan") + Text(e["text"]), soft_wrap=True)
+    if report["notices"]:
+        console.print()
+        console.print(Text("Notices", style="bold underline"))
+        for n in report["notices"]:
+            console.print(Text(f"- {n}"))
+    console.print()
+    footer = f"{report['input']['lines_read']:,} lines read"
+    if report["input"].get("sglang_version"):
+        footer += f"; SGLang formats {report['input']['sglang_version']}"
+    footer += f"; {report['redactions']} secret(s) redacted"
+    console.print(Text(footer, style="dim"))
+    console.flush()
+    return buf.getvalue()

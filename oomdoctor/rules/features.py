@@ -1,0 +1,517 @@
+"""The flat view of an incident that rule conditions read: ``name → value (+ evidence lines)``.
+
+Rules never see the incident itself; they see these named values. Every feature that a rule
+can use is listed in FEATURE_DOCS (``oomdoctor rules features`` prints them), so rule files are
+validated against real names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
+from oomdoctor.budget import holders
+from oomdoctor.budget.sglang import CONTEXT_OVERHEAD_GIB, GIB
+from oomdoctor.incident import sites
+from oomdoctor.incident.timeline import parse_ts
+from oomdoctor.knowledge import family
+from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS, MEMORY_KINDS, OOM_KINDS, RETRY_KINDS
+from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
+
+if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
+    from oomdoctor.gpu.view import GpuView
+
+#: Parts of the stack that mean an RL trainer shares the GPUs with the engine.
+#: (vLLM's sleep mode alone is not one: single servers use it too.)
+RL_STACK = frozenset({"verl", "slime", "openrlhf", "torch_memory_saver"})
+#: Engines whose stages are separate processes sharing GPUs by design.
+PIPELINE_ENGINES = frozenset({"sglang-omni", "vllm-omni"})
+#: An OOM with this much more free than requested was refused by something other than the GPU.
+FREE_ROOM_GIB = 4.0
+#: Memory held outside every listed process this large is a holder of its own (GiB).
+HIDDEN_HOLDER_GIB = 2.0
+
+_ENCODER_STAGE = re.compile(
+    r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
+)
+
+
+class Feature(NamedTuple):
+    value: Scalar
+    evidence: tuple[Line, ...] = ()
+
+
+FEATURE_DOCS: Mapping[str, str] = {
+    "engine": "sglang, sglang-omni, vllm, vllm-omni, vllm-ascend or null (cannot tell)",
+    "engine.family": "sglang or vllm (whose flags the advice uses), or null",
+    "recognised": "the input holds lines oomdoctor knows (an engine's, PyTorch's, a traceback)",
+    "ready": "the server printed `fired up and ready to roll`",
+    "failure.present": "the log shows a failure of any kind",
+    "failure.kind": "kind of the diagnosed failure (cuda_oom, startup_kv_error, ...)",
+    "failure.phase": "startup, warmup, running or unknown",
+    "failure.site": "where it failed: weights, kv_pool, graph_capture, encoder, logits, "
+    "sampling, comm, forward, unknown",
+    "failure.message": "the failure's message text",
+    "failure.ranks": "how many ranks printed the failure",
+    "startup_kv.error": "SGLang refused to build the KV pool (not enough memory / negative profile)",
+    "oom.present": "the diagnosed failure is a GPU out-of-memory (any form)",
+    "oom.form": "pytorch, pytorch_legacy, cuda_error, cublas, nccl, triton",
+    "oom.requested_gib": "the allocation that failed",
+    "oom.free_gib": "free memory on the GPU at that moment",
+    "oom.total_gib": "the GPU's capacity as PyTorch saw it",
+    "oom.shortfall_gib": "requested − free",
+    "oom.self_gib": "memory the failing process held",
+    "oom.foreign_gib": "memory held by other processes that are not this server",
+    "oom.sibling_gib": "memory held by sibling stages of the same pipeline (Omni)",
+    "oom.unattributed_gib": "used memory no listed process accounts for",
+    "oom.hidden_gib": "used memory held outside every listed process, beyond this process's own "
+    "non-PyTorch allowance when the message does not size this process (0 bytes, no NVML, 1.x)",
+    "oom.exceeds_card": "the single allocation is at least the GPU's whole capacity",
+    "oom.free_covers_request": "the message shows far more memory free than was requested "
+    "(twice the request and 4 GiB more)",
+    "oom.foreign_may_be_stage": "a pipeline engine (SGLang Omni, vLLM-Omni) whose log names no stage "
+    "PIDs: the other holders may be its own stages",
+    "oom.foreign_explains": "the foreign holders alone account for the shortfall",
+    "oom.self_holds_card": "the failing process holds nearly all used memory",
+    "capture.failed": "a CUDA-graph capture failed",
+    "capture.reason_oom": "the capture failed for lack of memory",
+    "tp_imbalance": "SGLang's TP memory-imbalance check fired",
+    "logical_kv.failed": "the scheduler's KV-slot accounting failed (Prefill/Decode out of memory)",
+    "logical_kv.tokens_were_available": "that failure reported enough available tokens",
+    "retraction.count": "KV-pool retractions in the log",
+    "retraction.per_hour": "retractions per hour over the span they cover",
+    "stats.peak_token_usage": "highest `token usage` in the stats lines",
+    "timeline.minutes_at_95": "minutes the stats lines show token usage at 0.95 or more",
+    "timeline.span_minutes": "minutes between the first and the last stats line",
+    "host.oom_kill": "a process was killed by the host OOM killer (exit −9)",
+    "host.alloc_failure": "host memory allocation failed (Errno 12 and similar)",
+    "gpu.fault": "a GPU error that is not exhaustion (illegal access, no kernel image, ...)",
+    "omni.encoder_failed": "an Omni encoder stage failed or died",
+    "omni.encoder_reserve_zero": "the Omni thinker ran with encoder_mem_reserve=0",
+    "rl.colocated": "the server runs next to an RL trainer (memory saver, sleep mode, verl, slime, "
+    "OpenRLHF)",
+    "stack": "what runs around the engine, comma-separated (verl, torch_memory_saver, ray, ...)",
+    "request.too_long": "a request was longer than the KV pool or context allows",
+    "kv.below_context": "SGLang warned the KV pool is smaller than the context length",
+    "gpu.available": "a GPU snapshot (live or from --snapshot) was read",
+    "gpu.foreign_gib": "memory co-tenants hold on the server's (failing) GPU in the snapshot",
+    "gpu.foreign_explains": "the snapshot's co-tenants account for the failure",
+    "gpu.unattributed_gib": "used memory on a server GPU that no listed process accounts for",
+    "gpu.snapshot_gap_s": "seconds from the log's last line to the snapshot",
+    "cotenant.start_gap_gib": "capacity − pre − context overhead: memory held by others at start",
+    "cotenant.start_gap_explains": "that memory, at y, would have covered the missing KV pool",
+    "budget.kv_gib": "post − (1 − y)·pre",
+    "budget.kv_negative": "that KV figure is ≤ 0",
+    "budget.window_empty": "no --mem-fraction-static satisfies both KV need and runtime reserve",
+    "budget.weights_share": "weights / pre",
+    "vllm.cotenant_check": "vLLM's own check saw memory held or released by another process "
+    "(free memory below the requested utilization at startup, or free memory that changed "
+    "during profiling)",
+    "vllm.profile_run_oom": "the OOM happened in vLLM's startup profile run (before the KV cache)",
+    "vllm.mm_profile": "vLLM profiled a multimodal encoder (dummy images/videos/audio)",
+    "vllm.startup_short_gib": "how much more vLLM's start-up check asked for than was free (GiB)",
+    "vllm.preemptions": "requests vLLM preempted for lack of KV cache space",
+    "fact.<kind>": "how many facts of a kind were seen (e.g. fact.retraction)",
+    "pattern.<rule id>.<name>": "how many lines a rule's own pattern matched",
+}
+
+
+#: Which failure is diagnosed: the first of the best tier the log has. A memory failure explains
+#: the others; a named or plain error is a cause; a traceback cut before its exception says less;
+#: an allocator retry is a warning; a consequence only says a failure happened elsewhere.
+_TIERS: tuple[Callable[[str], bool], ...] = (
+    lambda kind: kind in MEMORY_KINDS,
+    lambda kind: kind not in CONSEQUENCE_KINDS | RETRY_KINDS | {"cut_traceback"},
+    lambda kind: kind == "cut_traceback",
+    lambda kind: kind in RETRY_KINDS,
+    lambda kind: True,
+)
+
+
+def primary_failure(incident: Incident) -> Failure | None:
+    """The failure to diagnose (see _TIERS)."""
+    for tier in _TIERS:
+        for failure in incident.failures:
+            if tier(failure.kind):
+                return failure
+    return None
+
+
+def _recognised(incident: Incident) -> bool:
+    known = {k for k in incident.fact_counts if k not in ("marker", "oom_part")}
+    return bool(incident.engine or incident.failures or incident.ranks or known)
+
+
+def _lines(*items: Line | None) -> tuple[Line, ...]:
+    return tuple(i for i in items if i is not None)
+
+
+def server_pids(gpu: GpuView | None) -> frozenset[int]:
+    """PIDs the snapshot shows as this server's own processes."""
+    if gpu is None:
+        return frozenset()
+    return frozenset(h.pid for h in gpu.holders if h.role == "server")
+
+
+def sibling_pids(incident: Incident) -> dict[int, str]:
+    """PIDs the log names as the server's own processes: Omni stages in stage lines, and the
+    engine processes of `(Name pid=N)` prefixes (vLLM workers, engine cores, stage engines).
+    An RL trainer's actor prefix (verl's WorkerDict) is not one: it holds memory of its own."""
+    out: dict[int, str] = {
+        pid: "engine process named in the log's own lines"
+        for pid, role in incident.actor_roles.items()
+        if role == "engine"
+    }
+    for fact in incident.facts_of("omni_stage_group"):
+        for pid in re.findall(r"\d+", fact.text("pids") or str(fact.data.get("pids", ""))):
+            out[int(pid)] = fact.text("stage") or "stage"
+    for fact in incident.facts_of("omni_stage"):
+        pid = fact.num("pid")
+        if pid is not None:
+            out[int(pid)] = fact.text("stage") or "stage"
+    return out
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.values: dict[str, Feature] = {}
+
+    def __call__(self, name: str, value: Scalar, *evidence: Line | None) -> None:
+        self.values[name] = Feature(value, _lines(*evidence))
+
+
+def compute(
+    incident: Incident, budget: Budget, primary: Failure | None, gpu: GpuView | None = None
+) -> dict[str, Feature]:
+    """Every feature of FEATURE_DOCS for this incident."""
+    put = _Builder()
+    f = put.values
+    _gpu_features(put, incident, budget, primary, gpu)
+
+    put("engine", incident.engine, *incident.engine_evidence[:1])
+    put("recognised", _recognised(incident), *incident.engine_evidence[:1])
+    put("engine.family", family(incident.engine), *incident.engine_evidence[:1])
+    put("ready", incident.ready is not None, incident.ready)
+    where = primary.line if primary else None
+    put("failure.present", primary is not None, where)
+    put("failure.kind", primary.kind if primary else None, where)
+    put("failure.phase", primary.phase if primary else None, where)
+    site_frame = sites.classify(primary.frames)[1] if primary else None
+    put(
+        "failure.site",
+        primary.site if primary else None,
+        where,
+        site_frame.line if site_frame else None,
+    )
+    put("failure.message", primary.message if primary else None, where)
+    put("failure.ranks", len(primary.ranks) if primary else 0, where)
+    kind = primary.kind if primary else None
+    kv_error = [
+        fa.line for fa in incident.failures if fa.kind in ("startup_kv_error", "negative_profile")
+    ]
+    put("startup_kv.error", kind in ("startup_kv_error", "negative_profile"), *kv_error[:3])
+
+    _oom_features(put, incident, budget, primary, server_pids(gpu))
+
+    captures = [fa for fa in incident.failures if fa.kind == "graph_capture_failed"]
+    capture_oom = (
+        primary is not None and primary.site == "graph_capture" and primary.oom is not None
+    )
+    put("capture.failed", bool(captures) or capture_oom, *(c.line for c in captures[:2]))
+    put("capture.reason_oom", capture_oom, where if capture_oom else None)
+    put("tp_imbalance", kind == "tp_imbalance", where if kind == "tp_imbalance" else None)
+    logical = kind in ("logical_kv_failure", "req_slot_failure")
+    put("logical_kv.failed", logical, where if logical else None)
+    avail, need = (
+        (primary.data.get("available"), primary.data.get("need")) if primary else (None, None)
+    )
+    enough = isinstance(avail, int) and isinstance(need, int) and avail >= need
+    put("logical_kv.tokens_were_available", logical and enough, where if enough else None)
+
+    stats = incident.stats
+    put("retraction.count", stats.retractions, stats.first_retraction, stats.last_retraction)
+    put(
+        "retraction.per_hour",
+        _per_hour(stats.retractions, stats.first_retraction, stats.last_retraction),
+    )
+    t = stats.timeline
+    put(
+        "timeline.minutes_at_95",
+        round(t.seconds_high / 60, 1),
+        *_lines(stats.last_decode.line if stats.last_decode else None),
+    )
+    put("timeline.span_minutes", None if t.span_s is None else round(t.span_s / 60, 1))
+    last_stats = stats.last_decode or stats.last_prefill
+    put("stats.peak_token_usage", stats.peak_token_usage, last_stats.line if last_stats else None)
+    put("host.oom_kill", kind == "host_oom_kill", where if kind == "host_oom_kill" else None)
+    put(
+        "host.alloc_failure",
+        kind == "host_alloc_failure",
+        where if kind == "host_alloc_failure" else None,
+    )
+    put("gpu.fault", kind == "gpu_fault", where if kind == "gpu_fault" else None)
+
+    # Omni wraps encoder failures (the OOM follows in the traceback) and reports dead stages.
+    encoder_lines = [
+        fa.line
+        for fa in incident.facts
+        if fa.kind in ("omni_compute_failed", "omni_encode_failed")
+        or (fa.kind == "omni_stage_dead" and _ENCODER_STAGE.search(fa.line.text))
+    ]
+    put("omni.encoder_failed", bool(encoder_lines), *encoder_lines[:3])
+    zero = [
+        fa.line for fa in incident.facts_of("omni_stage") if fa.num("encoder_mem_reserve") == 0.0
+    ]
+    put("omni.encoder_reserve_zero", bool(zero), *zero[:1])
+    rl = [r.line for r in incident.facts_of("rl_colocation")]
+    stacked = sorted(set(incident.stack) & RL_STACK)
+    put("rl.colocated", bool(rl or stacked), *(rl[:2] or incident.engine_evidence[:1]))
+    put("stack", ",".join(incident.stack) or None)
+    too_long = incident.facts_of("request_too_long")
+    put("request.too_long", bool(too_long), *(r.line for r in too_long[:2]))
+    below = incident.facts_of("kv_below_context")
+    put("kv.below_context", bool(below), *(r.line for r in below[:1]))
+
+    _vllm_features(put, incident, primary)
+
+    b_lines = _budget_lines(incident)
+    put("budget.kv_gib", budget.kv_gib, *b_lines)
+    put("budget.kv_negative", budget.kv_gib is not None and budget.kv_gib <= 0, *b_lines)
+    put("budget.window_empty", budget.window_empty, *b_lines)
+    share = budget.weights_gib / budget.pre_gib if budget.weights_gib and budget.pre_gib else None
+    put("budget.weights_share", share, *b_lines)
+
+    for kind_name, count in incident.fact_counts.items():
+        facts = incident.facts_of(kind_name)
+        name = (
+            f"pattern.{kind_name[8:]}" if kind_name.startswith("pattern:") else f"fact.{kind_name}"
+        )
+        f[name] = Feature(count, tuple(x.line for x in facts[:3]))
+    return f
+
+
+def _oom_features(
+    put: _Builder,
+    incident: Incident,
+    budget: Budget,
+    primary: Failure | None,
+    server: frozenset[int] = frozenset(),
+) -> None:
+    oom = primary.oom if primary is not None and primary.kind in OOM_KINDS else None
+    where = primary.line if primary else None
+    if oom is not None and primary is not None:
+        frame = sites.classify(primary.frames)[1]
+        stats = incident.stats
+        before = [
+            s.line
+            for s in (stats.last_prefill, stats.last_decode)
+            if s is not None and s.line.seq < primary.line.seq
+        ]
+        put("oom.present", True, *before[-1:], frame.line if frame else None, where)
+    else:
+        put("oom.present", False)
+    if oom is None:
+        for name in (
+            "form",
+            "requested_gib",
+            "free_gib",
+            "total_gib",
+            "shortfall_gib",
+            "self_gib",
+            "unattributed_gib",
+            "hidden_gib",
+        ):
+            put(f"oom.{name}", None)
+        put("oom.exceeds_card", False)
+        put("oom.foreign_may_be_stage", False)
+        put("oom.free_covers_request", False)
+        for name in ("foreign_gib", "sibling_gib"):
+            put(f"oom.{name}", 0.0)
+        put("oom.foreign_explains", False)
+        put("oom.self_holds_card", False)
+        return
+    tp = incident.server_args.get("tp_size")
+    view = holders.judge(
+        oom,
+        sibling_pids(incident),
+        server,
+        tensor_parallel=(isinstance(tp, int) and tp > 1) or len(incident.ranks) > 1,
+    )
+    shortfall = (
+        max(oom.requested_gib - oom.free_gib, 0.0)
+        if oom.requested_gib is not None and oom.free_gib is not None
+        else None
+    )
+    put("oom.form", oom.form, where)
+    put("oom.requested_gib", oom.requested_gib, where)
+    put("oom.free_gib", oom.free_gib, where)
+    put("oom.total_gib", oom.total_gib, where)
+    put("oom.shortfall_gib", shortfall, where)
+    put("oom.self_gib", view.self_gib, where)
+    put("oom.foreign_gib", view.foreign_gib, where if view.foreign_gib else None)
+    put("oom.sibling_gib", view.sibling_gib, where if view.sibling_gib else None)
+    put("oom.unattributed_gib", view.unattributed_gib, where)
+    hidden = view.hidden_gib or 0.0
+    put("oom.hidden_gib", view.hidden_gib, where if hidden else None)
+    outside = view.foreign_gib + (hidden if hidden >= HIDDEN_HOLDER_GIB else 0.0)
+    put(
+        "oom.foreign_explains",
+        _foreign_explains(outside, shortfall, budget, oom.total_gib),
+        where if outside else None,
+    )
+    stage_pids = [f for f in incident.facts if f.kind in ("omni_stage_group", "omni_stage")]
+    pipeline = incident.engine in PIPELINE_ENGINES
+    may_be_stage = pipeline and view.foreign_gib > 0 and not stage_pids
+    put("oom.foreign_may_be_stage", may_be_stage, where if may_be_stage else None)
+    exceeds = (
+        oom.requested_gib is not None
+        and oom.total_gib is not None
+        and oom.requested_gib >= oom.total_gib
+    )
+    put("oom.exceeds_card", exceeds, where if exceeds else None)
+    # Free memory the size of the request is common in real OOMs (PyTorch reads it after releasing
+    # its cache, another process's use moves): only far more than asked says the GPU had room.
+    roomy = (
+        oom.requested_gib is not None
+        and oom.free_gib is not None
+        and oom.allowed_gib is None  # a per-process cap is a limit of its own
+        and oom.free_gib >= max(2 * oom.requested_gib, oom.requested_gib + FREE_ROOM_GIB)
+    )
+    put("oom.free_covers_request", roomy, where if roomy else None)
+    used = (
+        oom.total_gib - oom.free_gib
+        if oom.total_gib is not None and oom.free_gib is not None
+        else None
+    )
+    holds = view.self_gib is not None and used is not None and view.self_gib >= used - 1.0
+    put("oom.self_holds_card", holds, where if holds else None)
+
+
+def _gpu_features(
+    put: _Builder, incident: Incident, budget: Budget, primary: Failure | None, gpu: GpuView | None
+) -> None:
+    available = gpu is not None and gpu.snapshot is not None
+    put("gpu.available", available)
+    foreign = [h for h in gpu.foreign if h.gib] if gpu is not None else []
+    if gpu is not None and gpu.failing_device is not None:
+        foreign = [h for h in foreign if h.device is gpu.failing_device]
+    where = primary.line if primary else None
+    put("gpu.foreign_gib", sum(h.gib or 0.0 for h in foreign), where if foreign else None)
+    explained = False
+    if gpu is not None and available:
+        from oomdoctor.gpu import cotenants
+
+        explained = cotenants.explains(gpu, budget, primary)
+    put("gpu.foreign_explains", explained, where if explained else None)
+    gaps = [g for _, g in gpu.unattributed] if gpu is not None else []
+    put("gpu.unattributed_gib", max(gaps) if gaps else None)
+    put("gpu.snapshot_gap_s", gpu.gap_s if gpu is not None else None)
+    capacity = None
+    if gpu is not None and gpu.snapshot is not None:
+        devs = [d for d in (gpu.failing_device, *gpu.server_devices) if d and d.total_bytes]
+        capacity = devs[0].total_bytes / GIB if devs and devs[0].total_bytes else None
+    if capacity is None and primary is not None and primary.oom is not None:
+        capacity = primary.oom.total_gib
+    start_gap = None
+    if capacity is not None and budget.pre_gib is not None:
+        start_gap = capacity - budget.pre_gib - CONTEXT_OVERHEAD_GIB
+    put("cotenant.start_gap_gib", start_gap, *_budget_lines(incident)[1:2])
+    y, kv = budget.mem_fraction_static, budget.kv_gib
+    gap_explains = (
+        start_gap is not None
+        and start_gap >= 3.0
+        and y is not None
+        and kv is not None
+        and kv < 0
+        and y * start_gap >= -kv
+    )
+    put(
+        "cotenant.start_gap_explains",
+        gap_explains,
+        *(_budget_lines(incident)[1:2] if gap_explains else ()),
+    )
+
+
+#: Frames and texts of vLLM's startup profile run (the dummy forward that sizes the KV cache).
+_PROFILE_RUN = re.compile(
+    r"determine_num_available_blocks|determine_available_memory|profile_run|_dummy_run"
+    r"|_dummy_sampler_run|profile_num_available_blocks"
+)
+
+
+def _vllm_features(put: _Builder, incident: Incident, primary: Failure | None) -> None:
+    kind = primary.kind if primary else None
+    where = primary.line if primary else None
+    check = kind in ("startup_free_memory", "profiling_free_changed")
+    put("vllm.cotenant_check", check, where if check else None)
+    short = None
+    if primary is not None and kind == "startup_free_memory":
+        free, requested = primary.data.get("free"), primary.data.get("requested")
+        if isinstance(free, int | float) and isinstance(requested, int | float):
+            short = round(float(requested) - float(free), 4)
+    put("vllm.startup_short_gib", short, where if short is not None else None)
+    mm = incident.facts_of("vllm_mm_profile")
+    put("vllm.mm_profile", bool(mm), *(m.line for m in mm[:1]))
+    in_profile = False
+    if primary is not None and primary.oom is not None and family(incident.engine) == "vllm":
+        texts = [primary.line.text, *(f"{fr.path}:{fr.func}" for fr in primary.frames)]
+        kv_lines = [f for f in incident.facts_of("vllm_kv") if f.line.seq < primary.line.seq]
+        in_profile = any(_PROFILE_RUN.search(t) for t in texts) or (
+            primary.phase == "startup" and not kv_lines and bool(mm)
+        )
+    put("vllm.profile_run_oom", in_profile, where if in_profile else None)
+    preempted = [f for f in incident.facts_of("retraction") if f.data.get("mode")]
+    put(
+        "vllm.preemptions",
+        incident.stats.retractions if preempted else 0,
+        *(p.line for p in preempted[:2]),
+    )
+
+
+def _foreign_explains(
+    foreign: float, shortfall: float | None, budget: Budget, total: float | None
+) -> bool:
+    """Would the allocation have fit without the foreign holders?
+
+    A holder that grew after start took the memory directly; one present from the start only
+    shrank ``pre``, so it cost the dynamic share (1 − y) of its size.
+    """
+    if foreign < 1.0:
+        return False
+    if shortfall is None:
+        return True
+    present_at_start = (
+        budget.pre_gib is not None
+        and total is not None
+        and total - budget.pre_gib - 0.5 >= 0.8 * foreign
+    )
+    if present_at_start and budget.mem_fraction_static is not None:
+        return (1.0 - budget.mem_fraction_static) * foreign >= shortfall
+    return foreign >= shortfall
+
+
+def _budget_lines(incident: Incident) -> tuple[Line, ...]:
+    out: list[Line] = []
+    for r in incident.ranks:
+        for m in (r.pre, r.post):
+            if m is not None:
+                out.append(m.line)
+        if out:
+            break
+    if incident.server_args_line is not None:
+        out.insert(0, incident.server_args_line)
+    return tuple(out)
+
+
+#: A rate over less time than this says little (two retractions a minute apart are not 120/hour).
+MIN_RATE_SPAN_S = 600.0
+
+
+def _per_hour(count: int, first: Line | None, last: Line | None) -> float | None:
+    if count < 2 or first is None or last is None:
+        return None
+    a, b = parse_ts(first.ts), parse_ts(last.ts)
+    if a is None or b is None or (b - a).total_seconds() < MIN_RATE_SPAN_S:
+        return None
+    return count / ((b - a).total_seconds() / 3600)

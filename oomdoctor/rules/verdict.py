@@ -1,0 +1,168 @@
+"""From findings to one verdict: the category, a confidence and a one-paragraph summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS
+from oomdoctor.model import Budget, Failure, Finding, Incident, Verdict
+from oomdoctor.rules.schema import Rule
+from oomdoctor.units import size
+
+#: A runner-up of another category this close in priority makes the verdict less certain.
+AMBIGUITY_GAP = 10
+AMBIGUITY_PENALTY = 0.1
+
+
+def decide(
+    findings: Sequence[Finding],
+    rules: Sequence[Rule],
+    incident: Incident,
+    budget: Budget,
+    primary: Failure | None,
+) -> Verdict:
+    if not findings:
+        return Verdict("unknown", 0.0, _unknown_summary(incident, primary))
+    top = findings[0]
+    rule = next(r for r in rules if r.id == top.rule)
+    confidence = top.confidence
+    for other in findings[1:]:
+        if other.rule in rule.refines:
+            continue  # the winner is the more specific case of this one, not a rival
+        if other.category != top.category and other.priority >= top.priority - AMBIGUITY_GAP:
+            confidence = max(confidence - AMBIGUITY_PENALTY, 0.05)
+            break
+    return Verdict(
+        category=top.category,
+        confidence=round(confidence, 2),
+        summary=_summary(rule, incident, budget, primary),
+        rule=top.rule,
+        explanation={"what": rule.what, "why": rule.why, "remedy": rule.remedy},
+    )
+
+
+def _where(primary: Failure | None) -> str:
+    if primary is None:
+        return ""
+    bits = []
+    if primary.site != "unknown":
+        bits.append(primary.site.replace("_", " "))
+    if primary.phase != "unknown":
+        bits.append(primary.phase)
+    if primary.ranks:
+        ranks = primary.ranks
+        bits.append(
+            ranks[0]
+            if len(ranks) == 1
+            else f"{len(ranks)} ranks: {', '.join(ranks[:4])}" + ("…" if len(ranks) > 4 else "")
+        )
+    line = primary.line
+    bits.append(f"line {line.number}")
+    return f" ({'; '.join(bits)})"
+
+
+def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None) -> str:
+    """The rule's title, with the numbers that prove it."""
+    text = rule.title + _where(primary)
+    oom = primary.oom if primary else None
+    numbers: list[str] = []
+    data = primary.data if primary else {}
+    colocated = [data.get(k) for k in ("total", "fraction", "used")]
+    if rule.category == "startup_kv_alloc" and b.engine == "vllm" and b.kv_gib is not None:
+        parts = [
+            f"{name} {v:.2f}"
+            for name, v in (
+                ("weights", b.weights_gib),
+                ("activations", b.activation_gib),
+                ("non-torch", b.non_torch_gib),
+            )
+            if v is not None
+        ]
+        head = (
+            f"at --gpu-memory-utilization {b.gpu_memory_utilization:g} the budget "
+            f"{b.budget_gib:.2f} GiB minus "
+            if b.gpu_memory_utilization is not None and b.budget_gib is not None
+            else "the budget minus "
+        )
+        numbers.append(f"{head}{', '.join(parts) or 'the rest'} leaves {b.kv_gib:.2f} GiB for KV")
+        if b.kv_needed_gib:
+            numbers.append(f"one max_model_len request needs {b.kv_needed_gib:.2f} GiB")
+    elif rule.category == "startup_kv_alloc" and all(isinstance(v, float) for v in colocated):
+        total, fraction, used = (float(v) for v in colocated)  # type: ignore[arg-type]
+        kv = int(total * fraction * 2**30) / 2**30 - used
+        numbers.append(
+            f"the stage budget {fraction:.3f} × {total:.2f} GiB minus the {used:.2f} GiB the stage "
+            f"holds leaves {kv:.2f} GiB for the KV cache"
+        )
+    elif rule.category == "startup_kv_alloc" and b.kv_gib is not None and b.mem_fraction_static:
+        numbers.append(
+            f"at --mem-fraction-static {b.mem_fraction_static:g} the static share "
+            f"{b.static_gib:.2f} GiB minus weights {b.weights_gib:.2f} GiB leaves {b.kv_gib:.2f} GiB "
+            "for the KV cache"
+        )
+    elif rule.category == "startup_kv_alloc" and b.weights_gib is not None and b.pre_gib:
+        numbers.append(
+            f"weights take {b.weights_gib:.2f} of {b.pre_gib:.2f} GiB free before loading"
+        )
+    if oom is not None and oom.requested_gib is not None:
+        part = f"{size(oom.requested_gib)} was requested"
+        if oom.free_gib is not None:
+            part += f" with {size(oom.free_gib)} free"
+        if oom.total_gib is not None:
+            part += f" of {size(oom.total_gib)}"
+            if oom.requested_gib >= oom.total_gib:
+                part += ", more than the whole card: no fraction can fit it"
+        numbers.append(part)
+    if (
+        rule.category in ("runtime_activation", "encoder_starvation")
+        and b.dynamic_gib is not None
+        and b.mem_fraction_static is not None
+    ):
+        numbers.append(
+            f"the dynamic share at y = {round(b.mem_fraction_static, 4):g} is {b.dynamic_gib:.2f} GiB"
+        )
+    if numbers:
+        text += ": " + "; ".join(numbers)
+    return text + "."
+
+
+def _unknown_summary(incident: Incident, primary: Failure | None) -> str:
+    seen = []
+    if incident.engine:
+        seen.append(
+            f"{incident.engine} log"
+            + (f" (formats of {incident.version.label})" if incident.version.label else "")
+            + (f", told by {incident.engine_why}" if incident.engine_why else "")
+        )
+    if incident.stack:
+        seen.append("around it: " + ", ".join(incident.stack))
+    tracebacks = incident.fact_counts.get("traceback_start", 0)
+    if tracebacks or any(f.frames for f in incident.failures):
+        seen.append(f"{max(tracebacks, 1)} traceback(s)")
+    if incident.server_args_line:
+        seen.append("server_args")
+    if incident.ranks:
+        seen.append(f"startup memory lines of {len(incident.ranks)} rank(s)")
+    if incident.ready:
+        seen.append("the ready line")
+    if incident.stats.prefill_lines or incident.stats.decode_lines:
+        seen.append(f"{incident.stats.prefill_lines + incident.stats.decode_lines} stats lines")
+    text = "No GPU out-of-memory evidence found"
+    if primary is not None and primary.kind in CONSEQUENCE_KINDS | {"cut_traceback"}:
+        text += (
+            f"; the excerpt shows that something failed ({primary.message[:160]!r}) but not "
+            "why: the cause is outside it (paste the lines before)"
+        )
+    elif primary is not None:
+        text += f"; the log's failure is not memory-related: {primary.message[:160]!r}"
+    else:
+        last = next((f for f in reversed(incident.facts) if f.kind == "exception"), None)
+        if last is not None:
+            text += f"; the last error line: {last.line.text.strip()[:160]!r}"
+    if seen:
+        text += ". Recognised: " + ", ".join(seen)
+    elif primary is None:
+        text += ". Nothing in the input looked like an SGLang, vLLM, PyTorch or CUDA log line"
+    else:
+        text += ". Nothing else in the input tells the engine or the cause"
+    return text + "."
