@@ -19,6 +19,7 @@ from oomdoctor.incident.timeline import Timeline
 
 if TYPE_CHECKING:
     from oomdoctor.gpu.view import GpuView
+    from oomdoctor.rules.schema import Rule
 
 _TP_RANK = re.compile(r"\bTP(\d+)\b")
 
@@ -209,6 +210,7 @@ class Incident(NamedTuple):
     engine_evidence: tuple[Line, ...] = ()
     engine_rival: str | None = None  # the other engine family, when it had strong evidence too
     actor_roles: Mapping[int, str] = MappingProxyType({})  # `(Name pid=N)` pid → engine | driver
+    primary: Failure | None = None  # the failure diagnosed (incident.primary: the best tier's)
 
     @property
     def tp_size(self) -> int | None:
@@ -299,13 +301,8 @@ class Evidence(NamedTuple):
 class Finding(NamedTuple):
     """A rule that fired, with the lines that made it fire."""
 
-    rule: str
-    category: str
-    priority: int
-    confidence: float
-    title: str
+    rule: Rule
     evidence: tuple[Evidence, ...]
-    advice: str | None = None
 
 
 class Action(NamedTuple):

@@ -152,7 +152,7 @@ def features_of(
     incident: Incident, gpu: GpuState = None, cuda_visible_devices: str | None = None
 ) -> dict[str, features.Feature]:
     """The features rules see, for one incident and GPU state (``rules test`` uses this)."""
-    primary = features.primary_failure(incident)
+    primary = incident.primary
     bud = budget.build(incident, primary, _capacity(gpu))
     view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
     return features.compute(incident, bud, primary, view)
@@ -203,15 +203,15 @@ def diagnose(
             f"the log looked like {incident.engine or 'neither'}"
         )
         incident = incident._replace(engine=engine_override, notices=(*incident.notices, note))
-    primary = features.primary_failure(incident)
+    primary = incident.primary
     bud = budget.build(incident, primary, _capacity(gpu))
     view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
     feats = features.compute(incident, bud, primary, view)
     findings = engine.evaluate(rules, feats)
-    v = verdict.decide(findings, rules, incident, bud, primary)
-    top = next((r for r in rules if findings and r.id == findings[0].rule), None)
+    v = verdict.decide(findings, incident, bud, primary)
+    top = findings[0].rule if findings else None
     ctx = advice.Context(incident, bud, primary, feats, view, top.remedy if top else None)
-    actions = advice.actions(findings[0].advice if findings else None, ctx)
+    actions = advice.actions(top.advice if top else None, ctx)
     notices = incident.notices + bud.notices + (view.notes if view else ())
     return Diagnosis(
         verdict=v,

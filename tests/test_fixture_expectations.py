@@ -81,7 +81,7 @@ def test_oom_numbers_and_holders(
     sidecar: Path, report_of: Callable[[Path], dict], diagnose: Callable[[Path], object]
 ) -> None:
     from oomdoctor.budget import holders
-    from oomdoctor.rules.features import primary_failure, server_pids, sibling_pids
+    from oomdoctor.rules.features import server_pids, sibling_pids
 
     expect = load_toml(sidecar)["oom"]
     rep = _report(sidecar, report_of)
@@ -91,7 +91,7 @@ def test_oom_numbers_and_holders(
         if key in expect:
             assert oom[key] == pytest.approx(expect[key], abs=0.01), key
     diag = diagnose(_log(sidecar), fixture_snapshots(sidecar))
-    failure = primary_failure(diag.incident)
+    failure = diag.incident.primary
     assert failure is not None and failure.oom is not None
     view = holders.judge(failure.oom, sibling_pids(diag.incident), server_pids(diag.gpu))
     foreign = sorted((h.pid, round(h.gib, 2)) for h in view.holders if h.role == "foreign")

@@ -16,6 +16,7 @@ from oomdoctor.extract import pytorch_oom
 from oomdoctor.extract.signatures.startup import parse_pairs, parse_server_args
 from oomdoctor.incident import sites
 from oomdoctor.incident.detect import Detector
+from oomdoctor.incident.primary import primary_failure
 from oomdoctor.incident.stages import line_stage
 from oomdoctor.incident.timeline import TimelineBuilder
 from oomdoctor.incident.tracebacks import Stream
@@ -795,6 +796,7 @@ class Assembler:
             engine_evidence=detected.evidence,
             engine_rival=detected.rival,
             actor_roles=dict(detector.actor_roles),
+            primary=primary_failure(frozen),
         )
 
 

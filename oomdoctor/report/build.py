@@ -12,7 +12,6 @@ from oomdoctor import __version__
 from oomdoctor.knowledge import family
 from oomdoctor.model import Budget, Diagnosis, Failure, Line
 from oomdoctor.report import picture
-from oomdoctor.rules.features import primary_failure
 
 if TYPE_CHECKING:
     from oomdoctor.gpu.view import GpuView
@@ -271,7 +270,7 @@ def build_report(diag: Diagnosis) -> dict[str, Any]:
     inc = diag.incident
     sources = inc.sources
     v = diag.verdict
-    primary = primary_failure(inc)
+    primary = inc.primary
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "oomdoctor", "version": __version__},
@@ -305,11 +304,11 @@ def build_report(diag: Diagnosis) -> dict[str, Any]:
         ],
         "findings": [
             {
-                "rule": f.rule,
-                "category": f.category,
-                "priority": f.priority,
-                "confidence": f.confidence,
-                "title": f.title,
+                "rule": f.rule.id,
+                "category": f.rule.category,
+                "priority": f.rule.priority,
+                "confidence": f.rule.confidence,
+                "title": f.rule.title,
                 "evidence": [line_ref(e.line, sources, e.note) for e in f.evidence],
             }
             for f in diag.findings

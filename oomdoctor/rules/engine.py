@@ -67,16 +67,6 @@ def evaluate(rules: Sequence[Rule], features: Mapping[str, Feature]) -> tuple[Fi
             for line in feature.evidence:
                 lines.setdefault(line.seq, line)
         evidence = tuple(Evidence(lines[k]) for k in sorted(lines)[:MAX_EVIDENCE_LINES])
-        findings.append(
-            Finding(
-                rule=rule.id,
-                category=rule.category,
-                priority=rule.priority,
-                confidence=rule.confidence,
-                title=rule.title,
-                evidence=evidence,
-                advice=rule.advice,
-            )
-        )
-    findings.sort(key=lambda f: -f.priority)
+        findings.append(Finding(rule, evidence))
+    findings.sort(key=lambda f: -f.rule.priority)
     return tuple(findings)

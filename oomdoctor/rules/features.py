@@ -8,7 +8,7 @@ validated against real names.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.budget import holders
@@ -16,7 +16,7 @@ from oomdoctor.budget.sglang import CONTEXT_OVERHEAD_GIB, GIB
 from oomdoctor.incident import sites
 from oomdoctor.incident.timeline import parse_ts
 from oomdoctor.knowledge import family
-from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS, MEMORY_KINDS, OOM_KINDS, RETRY_KINDS
+from oomdoctor.knowledge.kinds import OOM_KINDS
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
 
 if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
@@ -115,27 +115,6 @@ FEATURE_DOCS: Mapping[str, str] = {
     "fact.<kind>": "how many facts of a kind were seen (e.g. fact.retraction)",
     "pattern.<rule id>.<name>": "how many lines a rule's own pattern matched",
 }
-
-
-#: Which failure is diagnosed: the first of the best tier the log has. A memory failure explains
-#: the others; a named or plain error is a cause; a traceback cut before its exception says less;
-#: an allocator retry is a warning; a consequence only says a failure happened elsewhere.
-_TIERS: tuple[Callable[[str], bool], ...] = (
-    lambda kind: kind in MEMORY_KINDS,
-    lambda kind: kind not in CONSEQUENCE_KINDS | RETRY_KINDS | {"cut_traceback"},
-    lambda kind: kind == "cut_traceback",
-    lambda kind: kind in RETRY_KINDS,
-    lambda kind: True,
-)
-
-
-def primary_failure(incident: Incident) -> Failure | None:
-    """The failure to diagnose (see _TIERS)."""
-    for tier in _TIERS:
-        for failure in incident.failures:
-            if tier(failure.kind):
-                return failure
-    return None
 
 
 def _recognised(incident: Incident) -> bool:

@@ -15,30 +15,34 @@ AMBIGUITY_PENALTY = 0.1
 
 
 def decide(
-    findings: Sequence[Finding],
-    rules: Sequence[Rule],
-    incident: Incident,
-    budget: Budget,
-    primary: Failure | None,
+    findings: Sequence[Finding], incident: Incident, budget: Budget, primary: Failure | None
 ) -> Verdict:
+    """Findings are highest priority first (rules.engine.evaluate)."""
     if not findings:
         return Verdict("unknown", 0.0, _unknown_summary(incident, primary))
-    top = findings[0]
-    rule = next(r for r in rules if r.id == top.rule)
-    confidence = top.confidence
-    for other in findings[1:]:
-        if other.rule in rule.refines:
-            continue  # the winner is the more specific case of this one, not a rival
-        if other.category != top.category and other.priority >= top.priority - AMBIGUITY_GAP:
-            confidence = max(confidence - AMBIGUITY_PENALTY, 0.05)
-            break
+    rule = findings[0].rule
     return Verdict(
-        category=top.category,
-        confidence=round(confidence, 2),
+        category=rule.category,
+        confidence=confidence(findings),
         summary=_summary(rule, incident, budget, primary),
-        rule=top.rule,
+        rule=rule.id,
         explanation={"what": rule.what, "why": rule.why, "remedy": rule.remedy},
     )
+
+
+def confidence(findings: Sequence[Finding]) -> float:
+    """The winner's confidence, less AMBIGUITY_PENALTY when a rule of another category fired
+    within AMBIGUITY_GAP of its priority (a rule the winner refines is no rival)."""
+    rule = findings[0].rule
+    value = rule.confidence
+    for other in findings[1:]:
+        if other.rule.id in rule.refines:
+            continue  # the winner is the more specific case of this one, not a rival
+        rival = other.rule
+        if rival.category != rule.category and rival.priority >= rule.priority - AMBIGUITY_GAP:
+            value = max(value - AMBIGUITY_PENALTY, 0.05)
+            break
+    return round(value, 2)
 
 
 def _where(primary: Failure | None) -> str:
