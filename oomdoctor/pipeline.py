@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeAlias
 
 from oomdoctor import advice, budget
-from oomdoctor.budget.sglang import GIB
+from oomdoctor.budget.formulas import GIB
 from oomdoctor.extract.facts import Extractor, MarkerMatcher, Matcher, SignatureMatcher
 from oomdoctor.extract.signatures import ALL as SIGNATURES
 from oomdoctor.incident.assemble import Assembler

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from oomdoctor.advice.context import RAISE_MARGIN, Context
-from oomdoctor.budget.sglang import GIB, kv_at, round_down, round_up
+from oomdoctor.budget.formulas import GIB, kv_at, round_down, round_up
 from oomdoctor.incident.versions import at_least
 from oomdoctor.model import Action
 from oomdoctor.units import size

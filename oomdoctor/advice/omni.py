@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from oomdoctor.advice.context import MARGIN_MIN_GIB, Context
 from oomdoctor.budget import holders
-from oomdoctor.budget.sglang import GIB, round_down, round_up
+from oomdoctor.budget.formulas import GIB, round_down, round_up
 from oomdoctor.model import Action
 from oomdoctor.rules.features import server_pids, sibling_pids
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.fraction import lower_action, raise_fraction
 from oomdoctor.budget import holders
-from oomdoctor.budget.sglang import GIB, round_down, runtime_spare
+from oomdoctor.budget.formulas import GIB, round_down, runtime_spare
 from oomdoctor.model import Action
 from oomdoctor.rules.features import server_pids, sibling_pids
 

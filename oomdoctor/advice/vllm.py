@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.other import message_holders, snapshot_holders
-from oomdoctor.budget.sglang import GIB, round_down, round_up
+from oomdoctor.budget.formulas import GIB, round_down, round_up
 from oomdoctor.model import Action
 
 FLAG = "--gpu-memory-utilization"

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from oomdoctor.budget import sglang_defaults
+from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB, kv_at, round_down, round_up
 from oomdoctor.budget.model_config import ModelShape
-from oomdoctor.budget.sglang import CONTEXT_OVERHEAD_GIB, GIB, kv_at, round_down, round_up
 from oomdoctor.incident.versions import key
 from oomdoctor.model import Budget, Scalar
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from oomdoctor.budget.sglang import (
+from oomdoctor.budget.formulas import (
     CONTEXT_OVERHEAD_GIB,
     GIB,
     round_down,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from oomdoctor.budget import holders
-from oomdoctor.budget.sglang import CONTEXT_OVERHEAD_GIB
+from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB
 from oomdoctor.extract.normalise import rank_numbers
 from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot
 from oomdoctor.gpu.view import GpuHolder, GpuView

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomdoctor.budget.sglang import kv_at
+from oomdoctor.budget.formulas import kv_at
 from oomdoctor.model import Budget
 
 #: (key, label, text-bar character, SVG colour)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.budget import holders
-from oomdoctor.budget.sglang import CONTEXT_OVERHEAD_GIB, GIB
+from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB
 from oomdoctor.incident import sites
 from oomdoctor.incident.timeline import parse_ts
 from oomdoctor.knowledge import family

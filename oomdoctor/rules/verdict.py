@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from oomdoctor.budget.formulas import omni_stage_kv
 from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS
 from oomdoctor.model import Budget, Failure, Finding, Incident, Verdict
 from oomdoctor.rules.schema import Rule
@@ -93,7 +94,7 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
             numbers.append(f"one max_model_len request needs {b.kv_needed_gib:.2f} GiB")
     elif rule.category == "startup_kv_alloc" and all(isinstance(v, float) for v in colocated):
         total, fraction, used = (float(v) for v in colocated)  # type: ignore[arg-type]
-        kv = int(total * fraction * 2**30) / 2**30 - used
+        kv = omni_stage_kv(total, fraction, used)
         numbers.append(
             f"the stage budget {fraction:.3f} × {total:.2f} GiB minus the {used:.2f} GiB the stage "
             f"holds leaves {kv:.2f} GiB for the KV cache"
