@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 
 from oomdoctor.incident.timeline import Timeline
 
@@ -244,8 +244,28 @@ class RankBudget(NamedTuple):
     kv_logged_gib: float | None = None
 
 
-class Budget(NamedTuple):
-    """The memory budget of DESIGN §2, rebuilt from the log (GiB; None = the log does not say)."""
+class Window(NamedTuple):
+    """The workable range of an engine's memory fraction (SGLang's y, vLLM's u), with why.
+
+    Below ``low`` the KV cache is too small; above ``high`` too little is left for the runtime.
+    """
+
+    low: float | None = None
+    low_basis: str | None = None
+    high: float | None = None
+    high_basis: str | None = None
+
+    @property
+    def empty(self) -> bool | None:
+        """No fraction satisfies both ends (None: an end is unknown)."""
+        if self.low is None or self.high is None:
+            return None
+        return self.low > self.high
+
+
+class SglangBudget(NamedTuple):
+    """SGLang's budget of DESIGN §2: y of the memory free before loading holds weights and the
+    KV pool (GiB; None = the log does not say). The window is on y (--mem-fraction-static)."""
 
     rank: str | None = None  # the tightest rank, whose numbers these are
     stage: str | None = None  # the pipeline stage whose budget this is (SGLang Omni)
@@ -266,31 +286,46 @@ class Budget(NamedTuple):
     headroom_gib: float | None = None  # free after pool and graphs (runtime headroom)
     capacity_gib: float | None = None
     y_zero: float | None = None  # the fraction at which the KV pool is exactly empty
-    y_min: float | None = None
-    y_min_basis: str | None = None
-    y_max: float | None = None
-    y_max_basis: str | None = None
+    window: Window = Window()
     reserve_gib: float | None = None
-    window_empty: bool | None = None
     ranks: tuple[RankBudget, ...] = ()
     notices: tuple[str, ...] = ()
     kv_reserve_gib: float = 0.0  # 0.5.23: set aside from the KV budget for multimodal buffers
     fraction_factor: float = 1.0  # SGLang multiplies the flag by this (0.3.6/0.4.6 VLMs, aiter)
     fraction_factor_why: str | None = None
-    # vLLM (engine == "vllm"): its budget is a share u of TOTAL memory for weights, activations
-    # and KV together; the window is on u (--gpu-memory-utilization) instead of y.
-    engine: str = "sglang"
+
+    @property
+    def engine(self) -> str:
+        return "sglang"
+
+
+class VllmBudget(NamedTuple):
+    """vLLM's budget: a share u of TOTAL memory holds weights, activations and the KV cache
+    together (GiB; None = the log does not say). The window is on u (--gpu-memory-utilization)."""
+
     gpu_memory_utilization: float | None = None
     utilization_source: str | None = None
+    capacity_gib: float | None = None
     budget_gib: float | None = None  # total × u
+    weights_gib: float | None = None
     activation_gib: float | None = None  # PyTorch activation peak of the profile run
     non_torch_gib: float | None = None
-    kv_needed_gib: float | None = None  # KV for one request of max_model_len
+    kv_gib: float | None = None
+    kv_tokens: int | None = None
+    bytes_per_token: int | None = None
     max_model_len: int | None = None
-    u_min: float | None = None
-    u_min_basis: str | None = None
-    u_max: float | None = None
-    u_max_basis: str | None = None
+    kv_needed_gib: float | None = None  # KV for one request of max_model_len
+    graph_gib: float | None = None
+    window: Window = Window()
+    notices: tuple[str, ...] = ()
+
+    @property
+    def engine(self) -> str:
+        return "vllm"
+
+
+#: The budget of whichever engine printed the log.
+Budget: TypeAlias = SglangBudget | VllmBudget
 
 
 class Evidence(NamedTuple):

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.model import Budget
+from oomdoctor.model import SglangBudget
 from oomdoctor.report import picture
 from oomdoctor.report.render import render
 from tests.conftest import FIXTURES
 
-B = Budget(pre_gib=78.0, post_gib=18.0, weights_gib=60.0, mem_fraction_static=0.7)
+B = SglangBudget(pre_gib=78.0, post_gib=18.0, weights_gib=60.0, mem_fraction_static=0.7)
 
 
 def _gib(seg: dict, key: str) -> float | None:
@@ -43,7 +43,7 @@ def test_unknown_card_is_unknown_not_zero() -> None:
 
 
 def test_no_numbers_no_picture() -> None:
-    assert picture.segments(Budget(), 0.8, 80.0, 1.0, None) is None
+    assert picture.segments(SglangBudget(), 0.8, 80.0, 1.0, None) is None
 
 
 def test_svg_is_well_formed() -> None:

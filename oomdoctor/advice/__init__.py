@@ -83,7 +83,7 @@ def _vllm(kind: str, ctx: Context) -> tuple[Action, ...]:
 def _as_passed(action: Action, ctx: Context) -> Action:
     """Where SGLang multiplies the flag after reading it (0.3.6/0.4.6 multimodal, AMD aiter),
     the value to pass is the wanted y divided by that factor; say so and carry that value."""
-    factor = ctx.budget.fraction_factor
+    factor = ctx.sglang.fraction_factor
     flag = action.flag or ""
     if factor == 1.0 or not flag.endswith("mem-fraction-static"):
         return action
@@ -93,7 +93,7 @@ def _as_passed(action: Action, ctx: Context) -> Action:
     printed = ctx.incident.server_args.get("mem_fraction_static")
     return action._replace(
         text=f"{action.text} Pass {flag} {passed:.3f}: SGLang multiplies the flag by {factor:g} "
-        f"({ctx.budget.fraction_factor_why}), so y in effect is {passed:.3f} × {factor:g} ≈ "
+        f"({ctx.sglang.fraction_factor_why}), so y in effect is {passed:.3f} × {factor:g} ≈ "
         f"{action.value:.3f}.",
         value=passed,
         current=printed if isinstance(printed, float) else action.current,

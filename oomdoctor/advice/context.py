@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.incident.versions import at_least, at_most
-from oomdoctor.model import Action, Budget, Failure, Incident
+from oomdoctor.model import Action, Budget, Failure, Incident, SglangBudget, VllmBudget
 from oomdoctor.rules.features import Feature
 
 if TYPE_CHECKING:
@@ -28,6 +28,21 @@ class Context(NamedTuple):
     features: Mapping[str, Feature]
     gpu: GpuView | None = None
     remedy: str | None = None  # the winning rule's remedy text (advice kind "remedy")
+
+    # -- the budget in each engine's shape ------------------------------------------------------
+    @property
+    def sglang(self) -> SglangBudget:
+        """The budget for SGLang's advice (a vLLM budget's shared figures, nothing of y)."""
+        from oomdoctor.budget import as_sglang
+
+        return as_sglang(self.budget)
+
+    @property
+    def vllm(self) -> VllmBudget:
+        """The budget for vLLM's advice (an SGLang budget's shared figures, nothing of u)."""
+        from oomdoctor.budget import as_vllm
+
+        return as_vllm(self.budget)
 
     # -- engine-aware flag names ---------------------------------------------------------------
     @property
@@ -98,7 +113,7 @@ class Context(NamedTuple):
         return None
 
     def margin(self) -> float:
-        dynamic = self.budget.dynamic_gib or 0.0
+        dynamic = self.sglang.dynamic_gib or 0.0
         return max(MARGIN_MIN_GIB, MARGIN_SHARE * dynamic)
 
 

@@ -18,17 +18,17 @@ def _fmt_y(y: float | None) -> str:
 
 
 def _tokens(ctx: Context, kv_gib: float) -> str:
-    bpt = ctx.budget.bytes_per_token
+    bpt = ctx.sglang.bytes_per_token
     if bpt is None or kv_gib <= 0:
         return ""
     return f" (≈{int(kv_gib * GIB // bpt):,} tokens at {bpt:,} B/token)"
 
 
 def _window(ctx: Context) -> str:
-    b = ctx.budget
-    if b.y_min is None or b.y_max is None:
+    b = ctx.sglang
+    if b.window.low is None or b.window.high is None:
         return ""
-    return f" The workable window is {b.y_min:.3f}–{b.y_max:.3f}."
+    return f" The workable window is {b.window.low:.3f}–{b.window.high:.3f}."
 
 
 def chunked_lever(ctx: Context) -> tuple[float, Action] | None:
@@ -50,7 +50,7 @@ def chunked_lever(ctx: Context) -> tuple[float, Action] | None:
 
 def levers_for_empty_window(ctx: Context) -> list[Action]:
     """What moves the bounds when no fraction works, ranked by how many GiB they free."""
-    b = ctx.budget
+    b = ctx.sglang
     ranked: list[tuple[float, Action]] = []
     weights = b.weights_gib
     tp = ctx.arg_int("tp_size") or 1
@@ -108,7 +108,7 @@ def raise_fraction(ctx: Context) -> list[Action]:
         colocated = omni.colocated_budget(ctx)
         if colocated:
             return colocated
-    b = ctx.budget
+    b = ctx.sglang
     y = b.mem_fraction_static
     if b.y_zero is None or b.pre_gib is None or b.post_gib is None:
         return [
@@ -122,23 +122,23 @@ def raise_fraction(ctx: Context) -> list[Action]:
             )
         ]
     pre, post = b.pre_gib, b.post_gib
-    y_min = b.y_min if b.y_min is not None else b.y_zero
-    if b.window_empty:
+    y_min = b.window.low if b.window.low is not None else b.y_zero
+    if b.window.empty:
         return _raise_into_empty_window(ctx, y_min)
     # The middle of the window leaves room for both the pool and activations; without an upper
     # bound, a small step above the smallest workable value.
     rec = round_up(y_min + RAISE_MARGIN)
-    if b.y_max is not None:
-        rec = max(rec, round((y_min + b.y_max) / 2, 2))
+    if b.window.high is not None:
+        rec = max(rec, round((y_min + b.window.high) / 2, 2))
     suggested = _suggested_minimum(ctx)
     if suggested is not None:
         rec = max(rec, round_up(suggested + 0.005))
-    if b.y_max is not None and rec > b.y_max:
-        rec = round_down(b.y_max, 0.005)
+    if b.window.high is not None and rec > b.window.high:
+        rec = round_down(b.window.high, 0.005)
     kv = kv_at(rec, pre, post) - b.kv_reserve_gib
     basis = (
         f"KV(y) = post − (1 − y)·pre = {post:.2f} − (1 − y)·{pre:.2f}; empty at y = 1 − post/pre = "
-        f"{b.y_zero:.3f}; y_min {y_min:.3f} ({b.y_min_basis}); the value sits mid-window "
+        f"{b.y_zero:.3f}; y_min {y_min:.3f} ({b.window.low_basis}); the value sits mid-window "
         f"(at least y_min + {RAISE_MARGIN:.2f})"
     )
     actions = [
@@ -159,10 +159,10 @@ def raise_fraction(ctx: Context) -> list[Action]:
             text=f"The log's numbers say {FLAG} {_fmt_y(y)} should already leave a KV pool "
             f"(empty only below {b.y_zero:.3f}), yet SGLang found none: another pool (SWA, mamba "
             "state, a draft model) or a rank with less free memory took it. Raise the fraction "
-            f"to {_fmt_y(min(rec + 0.03, b.y_max or 0.99))} and check every rank's `avail mem`.",
+            f"to {_fmt_y(min(rec + 0.03, b.window.high or 0.99))} and check every rank's `avail mem`.",
             flag=FLAG,
             direction="raise",
-            value=round_up(min(rec + 0.03, b.y_max or 0.99)),
+            value=round_up(min(rec + 0.03, b.window.high or 0.99)),
             current=y,
             basis=basis,
         )
@@ -187,8 +187,8 @@ def _raise_into_empty_window(ctx: Context, y_min: float) -> list[Action]:
     activations than planned. Offer that (with the runtime levers that make it safe) while the
     dynamic share stays above a hard floor, and the levers that really move the bounds.
     """
-    b = ctx.budget
-    assert b.pre_gib is not None and b.post_gib is not None and b.y_max is not None
+    b = ctx.sglang
+    assert b.pre_gib is not None and b.post_gib is not None and b.window.high is not None
     pre, post = b.pre_gib, b.post_gib
     suggested = _suggested_minimum(ctx)
     rec = round_up(max(y_min + 0.01, (suggested or 0.0) + 0.005))
@@ -196,8 +196,8 @@ def _raise_into_empty_window(ctx: Context, y_min: float) -> list[Action]:
     floor = max(HARD_DYNAMIC_FLOOR_GIB, 0.03 * pre, (b.graph_gib or 0.0) + 1.0)
     head = (
         f"No value of {FLAG} fits both bounds with today's other flags: the KV pool needs "
-        f"y ≥ {y_min:.3f} ({b.y_min_basis}) but the runtime reserve needs y ≤ {b.y_max:.3f} "
-        f"({b.y_max_basis})."
+        f"y ≥ {y_min:.3f} ({b.window.low_basis}) but the runtime reserve needs y ≤ {b.window.high:.3f} "
+        f"({b.window.high_basis})."
     )
     if rec >= 0.99 or dynamic < floor:
         return [Action(text=head + " Change what moves the bounds:"), *levers_for_empty_window(ctx)]
@@ -244,7 +244,7 @@ def _suggested_minimum(ctx: Context) -> float | None:
 
 
 def weights_do_not_fit(ctx: Context) -> list[Action]:
-    b = ctx.budget
+    b = ctx.sglang
     oom = ctx.primary.oom if ctx.primary else None
     loaded = oom.allocated_gib if oom and oom.allocated_gib is not None else None
     free = b.pre_gib if b.pre_gib is not None else (oom.total_gib if oom else None)
@@ -283,7 +283,7 @@ def _shortfall(ctx: Context) -> float | None:
 
 def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
     """Lower the fraction by what the failed allocation proves is missing, plus the margin."""
-    b = ctx.budget
+    b = ctx.sglang
     y, pre = b.mem_fraction_static, b.pre_gib
     short = _shortfall(ctx)
     if y is None or pre is None:
@@ -314,15 +314,15 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
             f"The dynamic share needs ≥ {size(short)} more (requested − free) plus a "
             f"{size(ctx.margin())} margin"
         )
-    if b.y_max is not None and rec > b.y_max:
+    if b.window.high is not None and rec > b.window.high:
         # The failed allocation alone allows more, but the runtime reserve SGLang plans for this
         # card (the window's upper bound) does not: stay inside the window.
         lead += (
             f"; that alone would allow {_fmt_y(rec)}, but the window's upper bound is "
-            f"{b.y_max:.3f} ({b.y_max_basis})"
+            f"{b.window.high:.3f} ({b.window.high_basis})"
         )
-        rec = round_down(b.y_max)
-    floor = b.y_min if b.y_min is not None else b.y_zero
+        rec = round_down(b.window.high)
+    floor = b.window.low if b.window.low is not None else b.y_zero
     if floor is not None and rec < floor:
         ok_floor = round_up(floor)
         if ok_floor < y:
@@ -332,7 +332,7 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
             return [
                 Action(
                     text=f"{lead}, but lowering {flag} below {floor:.3f} empties the KV pool "
-                    f"({b.y_min_basis}). No fraction both starts and runs: use the levers below.",
+                    f"({b.window.low_basis}). No fraction both starts and runs: use the levers below.",
                 )
             ]
     kv = kv_at(rec, pre, b.post_gib) - b.kv_reserve_gib if b.post_gib is not None else None
@@ -449,7 +449,7 @@ def _serving_logprobs(ctx: Context) -> bool:
 
     (A warmup or startup forward also runs the logits processor; there the fraction is the cause.)
     """
-    p, b = ctx.primary, ctx.budget
+    p, b = ctx.primary, ctx.sglang
     if p is None or p.site != "logits" or p.phase not in ("running", "unknown"):
         return False
     return b.dynamic_gib is None or b.pre_gib is None or b.dynamic_gib >= 0.08 * b.pre_gib

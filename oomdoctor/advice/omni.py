@@ -31,7 +31,7 @@ def thinker_kv(ctx: Context) -> list[Action]:
     """Requests refused because the thinker's KV pool cannot hold one of them: grow the pool."""
     rejects = ctx.incident.facts_of("omni_kv_reject")
     worst = max(rejects, key=lambda f: f.num("required") or 0.0, default=None)
-    b = ctx.budget
+    b = ctx.sglang
     y, pre, bpt = b.mem_fraction_static, b.pre_gib, b.bytes_per_token
     out: list[Action] = []
     if worst is None:

@@ -14,7 +14,7 @@ FREQUENT_RETRACTIONS_PER_HOUR = 30.0
 
 
 def _holder_action(ctx: Context, pid: int, gib: float, where: str, detail: str) -> Action:
-    y = ctx.budget.mem_fraction_static
+    y = ctx.sglang.mem_fraction_static
     cost = f"; it costs the KV pool {y * gib:.2f} GiB (y × held = {y:.2f} × {gib:.2f})" if y else ""
     actor = ctx.primary.line.actor_pid if ctx.primary else None
     who = f"Process {pid}{detail}"
@@ -95,7 +95,7 @@ def free_gpu(ctx: Context) -> list[Action]:
 
         return omni.stage_load_negative(ctx)
     out = snapshot_holders(ctx) or message_holders(ctx)
-    y = ctx.budget.mem_fraction_static
+    y = ctx.sglang.mem_fraction_static
     if primary is not None and primary.kind == "tp_imbalance":
         out.append(_imbalance(ctx))
     rl = ctx.features.get("rl.colocated")
@@ -126,7 +126,7 @@ def free_gpu(ctx: Context) -> list[Action]:
 
 def _imbalance(ctx: Context) -> Action:
     primary = ctx.primary
-    y = ctx.budget.mem_fraction_static
+    y = ctx.sglang.mem_fraction_static
     low = primary.data.get("min") if primary else None
     local = primary.data.get("local") if primary else None
     if not (isinstance(low, float) and isinstance(local, float)):
@@ -136,7 +136,7 @@ def _imbalance(ctx: Context) -> Action:
         )
     gap = local - low
     cost = f"; the whole server loses ≈{y * gap:.2f} GiB of KV per GPU" if y else ""
-    rank = ctx.budget.rank
+    rank = ctx.sglang.rank
     which = f"The GPU of {rank}" if rank else "One GPU"
     return Action(
         text=f"{which} has {gap:.2f} GiB less free memory than the others ({low:.2f} vs "
@@ -239,7 +239,7 @@ def _pressure_levers(ctx: Context) -> list[Action]:
                 current=running,
             )
         )
-    b = ctx.budget
+    b = ctx.sglang
     kv_dtype = ctx.incident.server_args.get("kv_cache_dtype")
     if b.bytes_per_token and kv_dtype in (None, "auto"):
         tokens = f" ({b.kv_tokens:,} → ≈{b.kv_tokens * 2:,} tokens)" if b.kv_tokens else ""
@@ -261,7 +261,7 @@ def _pressure_levers(ctx: Context) -> list[Action]:
 
 def _grow_pool(ctx: Context) -> Action | None:
     """Raise the fraction into the runtime headroom, keeping a spare part of it free."""
-    b = ctx.budget
+    b = ctx.sglang
     if b.headroom_gib is None or not b.pre_gib or b.mem_fraction_static is None:
         return None
     spare = runtime_spare(b.headroom_gib)

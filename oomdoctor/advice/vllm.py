@@ -27,7 +27,7 @@ U_CEILING = 0.98
 
 
 def _u(ctx: Context) -> float | None:
-    return ctx.budget.gpu_memory_utilization
+    return ctx.vllm.gpu_memory_utilization
 
 
 def _fmt(u: float | None) -> str:
@@ -35,7 +35,7 @@ def _fmt(u: float | None) -> str:
 
 
 def _kv_tokens_at(ctx: Context, kv_gib: float) -> str:
-    bpt = ctx.budget.bytes_per_token
+    bpt = ctx.vllm.bytes_per_token
     if not bpt or kv_gib <= 0:
         return ""
     return f" (≈{int(kv_gib * GIB / bpt):,} tokens at {bpt:,} B/token)"
@@ -43,20 +43,20 @@ def _kv_tokens_at(ctx: Context, kv_gib: float) -> str:
 
 def raise_utilization(ctx: Context) -> list[Action]:
     """Startup: no KV cache (or none big enough for one max_model_len request) fits in u."""
-    b = ctx.budget
+    b = ctx.vllm
     u, total, kv = _u(ctx), b.capacity_gib, b.kv_gib
     out: list[Action] = []
-    if u is not None and total and kv is not None and b.u_min is not None:
-        target = min(round_up(b.u_min + RAISE_MARGIN), U_CEILING)
-        if b.u_max is not None:
-            target = min(target, max(b.u_max, b.u_min))
+    if u is not None and total and kv is not None and b.window.low is not None:
+        target = min(round_up(b.window.low + RAISE_MARGIN), U_CEILING)
+        if b.window.high is not None:
+            target = min(target, max(b.window.high, b.window.low))
         new_kv = kv + (target - u) * total
-        if target <= u or b.u_min > U_CEILING:
+        if target <= u or b.window.low > U_CEILING:
             out.append(
                 Action(
                     text=f"No --gpu-memory-utilization is enough: the weights and the profile "
                     f"run leave {kv:.2f} GiB for the KV cache at u = {u:.2f}, and it would need "
-                    f"u ≥ {b.u_min:.2f} ({b.u_min_basis}). Spread the model over more GPUs "
+                    f"u ≥ {b.window.low:.2f} ({b.window.low_basis}). Spread the model over more GPUs "
                     "(--tensor-parallel-size), load quantised weights, or shorten --max-model-len.",
                 )
             )
@@ -65,14 +65,14 @@ def raise_utilization(ctx: Context) -> list[Action]:
                 Action(
                     text=f"Raise --gpu-memory-utilization to {target:.2f} (today {u:.2f}): the KV "
                     f"cache grows by total × Δu to {new_kv:.2f} GiB{_kv_tokens_at(ctx, new_kv)}; "
-                    f"the smallest workable value is {b.u_min:.2f} ({b.u_min_basis}).",
+                    f"the smallest workable value is {b.window.low:.2f} ({b.window.low_basis}).",
                     flag=FLAG,
                     direction="raise",
                     value=target,
                     current=u,
                     basis=f"KV(u) = KV({u:.2f}) + (u − {u:.2f})·total = {kv:.2f} + "
-                    f"(u − {u:.2f})·{total:.2f}; u_min {b.u_min:.2f}, u_max "
-                    f"{_fmt(b.u_max)} ({b.u_max_basis})",
+                    f"(u − {u:.2f})·{total:.2f}; u_min {b.window.low:.2f}, u_max "
+                    f"{_fmt(b.window.high)} ({b.window.high_basis})",
                 )
             )
     elif kv is not None and max((b.kv_needed_gib or 0.0) - kv, -kv) > 0.005:
@@ -147,7 +147,7 @@ def raise_utilization(ctx: Context) -> list[Action]:
 
 
 def _shorter_context(ctx: Context) -> list[Action]:
-    b = ctx.budget
+    b = ctx.vllm
     primary = ctx.primary
     estimated = primary.data.get("estimated") if primary else None
     length = b.max_model_len
@@ -182,7 +182,7 @@ def _shorter_context(ctx: Context) -> list[Action]:
 
 def lower_utilization(ctx: Context) -> list[Action]:
     """Serving: an allocation outside what the profile run measured did not fit."""
-    b = ctx.budget
+    b = ctx.vllm
     u, total = _u(ctx), b.capacity_gib
     oom = ctx.primary.oom if ctx.primary else None
     out: list[Action] = []
@@ -194,8 +194,8 @@ def lower_utilization(ctx: Context) -> list[Action]:
         else None
     )
     need = f" (at least {short:.2f} GiB more)" if short and short > 0 else ""
-    if u is not None and total and b.u_max is not None and b.u_max < u:
-        target = b.u_max
+    if u is not None and total and b.window.high is not None and b.window.high < u:
+        target = b.window.high
         freed = (u - target) * total
         kv_after = (b.kv_gib - freed) if b.kv_gib is not None else None
         kv_text = (
@@ -203,12 +203,12 @@ def lower_utilization(ctx: Context) -> list[Action]:
             if kv_after is not None
             else ""
         )
-        if kv_after is not None and b.u_min is not None and target < b.u_min:
+        if kv_after is not None and b.window.low is not None and target < b.window.low:
             out.append(
                 Action(
                     text=f"Lowering --gpu-memory-utilization to {target:.2f} (today {u:.2f}) would "
                     f"free {freed:.2f} GiB but leave the KV cache below one max_model_len "
-                    f"request (u_min {b.u_min:.2f}): shrink the batch instead (below), or "
+                    f"request (u_min {b.window.low:.2f}): shrink the batch instead (below), or "
                     "shorten --max-model-len.",
                 )
             )
@@ -222,7 +222,7 @@ def lower_utilization(ctx: Context) -> list[Action]:
                     direction="lower",
                     value=target,
                     current=u,
-                    basis=f"u − (requested − free + margin)/total; {b.u_max_basis}",
+                    basis=f"u − (requested − free + margin)/total; {b.window.high_basis}",
                 )
             )
     elif u is not None:
@@ -307,7 +307,7 @@ def _batch_levers(ctx: Context) -> list[Action]:
             example=128,
         )
     )
-    graph = ctx.budget.graph_gib
+    graph = ctx.vllm.graph_gib
     if graph and graph >= 0.5:
         out.append(
             Action(
@@ -322,7 +322,7 @@ def _batch_levers(ctx: Context) -> list[Action]:
 
 def free_gpu(ctx: Context) -> list[Action]:
     out = snapshot_holders(ctx) or message_holders(ctx)
-    b = ctx.budget
+    b = ctx.vllm
     primary = ctx.primary
     u = _u(ctx)
     kind = primary.kind if primary else None
@@ -338,15 +338,15 @@ def free_gpu(ctx: Context) -> list[Action]:
                     "who).",
                 ),
             )
-            if b.u_max is not None and u is not None and b.u_max < u:
+            if b.window.high is not None and u is not None and b.window.high < u:
                 out.append(
                     Action(
-                        text=f"If it must stay — set --gpu-memory-utilization {b.u_max:.2f} "
+                        text=f"If it must stay — set --gpu-memory-utilization {b.window.high:.2f} "
                         f"(today {u:.2f}): vLLM then asks for no more than is free "
-                        f"({b.u_max_basis}).",
+                        f"({b.window.high_basis}).",
                         flag=FLAG,
                         direction="lower",
-                        value=b.u_max,
+                        value=b.window.high,
                         current=u,
                     )
                 )

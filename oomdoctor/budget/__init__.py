@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from oomdoctor.budget import sglang, vllm
 from oomdoctor.knowledge import family
-from oomdoctor.model import Budget, Failure, Incident
+from oomdoctor.model import Budget, Failure, Incident, SglangBudget, VllmBudget
 
 
 def build(
@@ -19,3 +19,34 @@ def build(
     if family(incident.engine) == "vllm":
         return vllm.build(incident, primary, capacity_hint)
     return sglang.build(incident, primary)
+
+
+def as_sglang(b: Budget) -> SglangBudget:
+    """An SGLang-shaped budget for advice both engines share: the budget itself, or a vLLM
+    budget's common figures (weights, KV, tokens, graphs, capacity, context) and nothing of y."""
+    if isinstance(b, SglangBudget):
+        return b
+    return SglangBudget(
+        weights_gib=b.weights_gib,
+        kv_gib=b.kv_gib,
+        kv_tokens=b.kv_tokens,
+        bytes_per_token=b.bytes_per_token,
+        context_len=b.max_model_len,
+        graph_gib=b.graph_gib,
+        capacity_gib=b.capacity_gib,
+    )
+
+
+def as_vllm(b: Budget) -> VllmBudget:
+    """A vLLM-shaped budget: the budget itself, or an SGLang budget's common figures and
+    nothing of u (a log whose engine is unknown gets both engines' advice)."""
+    if isinstance(b, VllmBudget):
+        return b
+    return VllmBudget(
+        capacity_gib=b.capacity_gib,
+        weights_gib=b.weights_gib,
+        kv_gib=b.kv_gib,
+        kv_tokens=b.kv_tokens,
+        bytes_per_token=b.bytes_per_token,
+        graph_gib=b.graph_gib,
+    )

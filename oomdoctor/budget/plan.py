@@ -1,6 +1,6 @@
 """`oomdoctor plan`: the budget of DESIGN §2 before a launch, from the card and the model.
 
-It produces the same Budget that `diagnose` rebuilds from a log (one JSON object for both), plus
+It produces the same SglangBudget that `diagnose` rebuilds from a log (one JSON object for both), plus
 what a launch needs to know: tokens, concurrency at the context length, a verdict, and a command.
 """
 
@@ -12,7 +12,7 @@ from oomdoctor.budget import sglang_defaults
 from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB, kv_at, round_down, round_up
 from oomdoctor.budget.model_config import ModelShape
 from oomdoctor.incident.versions import key
-from oomdoctor.model import Budget, Scalar
+from oomdoctor.model import Scalar, SglangBudget, Window
 
 #: NCCL adds a little to the context overhead with tensor or pipeline parallelism.
 NCCL_GIB = 0.3
@@ -42,7 +42,7 @@ class PlanInput:
 @dataclass(frozen=True)
 class Plan:
     inputs: PlanInput
-    budget: Budget
+    budget: SglangBudget
     verdict: str  # "will_not_start", "thin_headroom", "context_does_not_fit", "fine"
     summary: str
     concurrency: float | None
@@ -108,7 +108,7 @@ def make(p: PlanInput) -> Plan:
     need = context * bpt / GIB if context and bpt else 0.0
     y_min = y_zero + need / pre
     y_max = 1 - reserve.gib / pre
-    budget = Budget(
+    budget = SglangBudget(
         pre_gib=pre,
         post_gib=post,
         weights_gib=weights,
@@ -122,16 +122,18 @@ def make(p: PlanInput) -> Plan:
         context_len=context,
         capacity_gib=card_mib / 1024,
         y_zero=y_zero,
-        y_min=y_min,
-        y_min_basis=(
-            f"a KV pool for one request of the context length: {context} tokens × {bpt} B = {need:.2f} GiB"
-            if need
-            else "a KV pool that is not empty"
+        window=Window(
+            y_min,
+            (
+                f"a KV pool for one request of the context length: {context} tokens × {bpt} B = "
+                f"{need:.2f} GiB"
+                if need
+                else "a KV pool that is not empty"
+            ),
+            y_max,
+            f"a runtime reserve of {reserve.gib:.2f} GiB ({reserve.basis})",
         ),
-        y_max=y_max,
-        y_max_basis=f"a runtime reserve of {reserve.gib:.2f} GiB ({reserve.basis})",
         reserve_gib=reserve.gib,
-        window_empty=y_min > y_max,
     )
     concurrency = tokens / context if tokens and context else None
     verdict, summary = _verdict(budget, tokens, context)
@@ -148,7 +150,7 @@ def make(p: PlanInput) -> Plan:
     )
 
 
-def _verdict(b: Budget, tokens: int | None, context: int | None) -> tuple[str, str]:
+def _verdict(b: SglangBudget, tokens: int | None, context: int | None) -> tuple[str, str]:
     assert b.kv_gib is not None and b.dynamic_gib is not None and b.mem_fraction_static is not None
     y = b.mem_fraction_static
     if b.kv_gib <= 0:
@@ -172,12 +174,11 @@ def _verdict(b: Budget, tokens: int | None, context: int | None) -> tuple[str, s
     ) + "."
 
 
-def _recommend(b: Budget) -> float | None:
-    if b.y_min is None or b.y_max is None or b.window_empty:
+def _recommend(b: SglangBudget) -> float | None:
+    low, high = b.window.low, b.window.high
+    if low is None or high is None or b.window.empty:
         return None
-    return max(
-        round_up(b.y_min + 0.01), min(round((b.y_min + b.y_max) / 2, 2), round_down(b.y_max))
-    )
+    return max(round_up(low + 0.01), min(round((low + high) / 2, 2), round_down(high)))
 
 
 def _command(p: PlanInput, y: float, context: int | None) -> str:

@@ -19,7 +19,7 @@ from oomdoctor.budget.formulas import (
 )
 from oomdoctor.budget.fraction import fraction, mm_reserve
 from oomdoctor.budget.stages import budget_stage, omni_colocated_kv, stage_y
-from oomdoctor.model import Budget, Failure, Incident, RankBudget, RankMemory
+from oomdoctor.model import Failure, Incident, RankBudget, RankMemory, SglangBudget, Window
 
 
 def _rank_budget(r: RankMemory, y: float | None) -> RankBudget:
@@ -37,7 +37,7 @@ def _rank_budget(r: RankMemory, y: float | None) -> RankBudget:
     return RankBudget(r.rank, pre, post, weights, kv, r.stage, r.gpu, y, logged)
 
 
-def build(incident: Incident, primary: Failure | None) -> Budget:
+def build(incident: Incident, primary: Failure | None) -> SglangBudget:
     """Rebuild SGLang's budget; ``primary`` is the failure being diagnosed (for measured
     reserves)."""
     notices: list[str] = []
@@ -194,11 +194,10 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
             reserve = res.gib
             y_max = 1.0 - reserve / pre
             y_max_basis = f"a runtime reserve of {res.gib:.2f} GiB ({res.basis})"
-    window_empty = (y_min > y_max) if y_min is not None and y_max is not None else None
     if stage is not None and kv is not None:  # the stage's own figure, by whichever formula ran
         ranks = tuple(r._replace(kv_gib=kv) if r.stage == stage.stage else r for r in ranks)
 
-    return Budget(
+    return SglangBudget(
         kv_reserve_gib=mm_reserve(incident),
         rank=tight_label or (tight.rank if tight and tight.rank != "-" else None),
         stage=stage.stage if stage is not None else None,
@@ -221,12 +220,8 @@ def build(incident: Incident, primary: Failure | None) -> Budget:
         headroom_gib=headroom,
         capacity_gib=capacity,
         y_zero=y_zero,
-        y_min=y_min,
-        y_min_basis=y_min_basis,
-        y_max=y_max,
-        y_max_basis=y_max_basis,
+        window=Window(y_min, y_min_basis, y_max, y_max_basis),
         reserve_gib=reserve,
-        window_empty=window_empty,
         ranks=ranks,
         notices=tuple(notices),
     )

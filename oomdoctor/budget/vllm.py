@@ -22,7 +22,7 @@ from oomdoctor.budget.formulas import (
     snap_bytes_per_token,
 )
 from oomdoctor.incident.stages import line_stage
-from oomdoctor.model import Budget, Fact, Failure, Incident
+from oomdoctor.model import Fact, Failure, Incident, VllmBudget, Window
 
 DEFAULT_UTILIZATION = 0.9
 DEFAULT_BLOCK_SIZE = 16
@@ -76,7 +76,7 @@ def _int_arg(incident: Incident, name: str) -> int | None:
 
 def build(
     incident: Incident, primary: Failure | None, capacity_hint: float | None = None
-) -> Budget:
+) -> VllmBudget:
     notices: list[str] = []
     profile = _own_stage(incident, primary, "vllm_profile")
     kv_facts = _own_stage(incident, primary, "vllm_kv")
@@ -179,10 +179,8 @@ def build(
             u_min_basis = "a KV cache that is not empty (bytes per token unknown)"
     if total:
         u_max, u_max_basis = _upper(incident, primary, u, total, graph)
-    window_empty = u_min > u_max if u_min is not None and u_max is not None else None
 
-    return Budget(
-        engine="vllm",
+    return VllmBudget(
         gpu_memory_utilization=u,
         utilization_source=u_source,
         capacity_gib=total,
@@ -194,14 +192,9 @@ def build(
         kv_tokens=tokens,
         bytes_per_token=bpt,
         max_model_len=max_len,
-        context_len=max_len,
         kv_needed_gib=needed,
         graph_gib=graph,
-        u_min=u_min,
-        u_min_basis=u_min_basis,
-        u_max=u_max,
-        u_max_basis=u_max_basis,
-        window_empty=window_empty,
+        window=Window(u_min, u_min_basis, u_max, u_max_basis),
         notices=tuple(notices),
     )
 

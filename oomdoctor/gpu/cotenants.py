@@ -20,7 +20,7 @@ from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB
 from oomdoctor.extract.normalise import rank_numbers
 from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot
 from oomdoctor.gpu.view import GpuHolder, GpuView
-from oomdoctor.model import Budget, Failure, Incident
+from oomdoctor.model import Budget, Failure, Incident, SglangBudget
 
 #: A snapshot this far from the log's last line may show a different set of holders.
 STALE_AFTER_S = 15 * 60
@@ -100,9 +100,8 @@ def _expected_server_gib(budget: Budget, message_self_gib: float | None) -> floa
         return message_self_gib
     if budget.weights_gib is None:
         return None
-    kv = (
-        budget.kv_logged_gib if budget.kv_logged_gib is not None else max(budget.kv_gib or 0.0, 0.0)
-    )
+    logged = budget.kv_logged_gib if isinstance(budget, SglangBudget) else None
+    kv = logged if logged is not None else max(budget.kv_gib or 0.0, 0.0)
     return budget.weights_gib + kv + (budget.graph_gib or 0.0) + CONTEXT_OVERHEAD_GIB
 
 
@@ -156,7 +155,7 @@ def analyse(
 
     failing = _failing_device(snap, primary, visible, server_devs)
     expected = _expected_server_gib(budget, self_gib)
-    y = budget.mem_fraction_static
+    y = budget.mem_fraction_static if isinstance(budget, SglangBudget) else None
     holders: list[GpuHolder] = []
     for p in snap.processes:
         dev = snap.device_of(p)
@@ -233,9 +232,10 @@ def _present_at_start(
     dev: Device | None, gib: float | None, incident: Incident, budget: Budget
 ) -> bool | None:
     """True when capacity − pre − overhead accounts for the holder (it shrank pre)."""
-    if dev is None or dev.total_bytes is None or gib is None or budget.pre_gib is None:
+    pre = budget.pre_gib if isinstance(budget, SglangBudget) else None
+    if dev is None or dev.total_bytes is None or gib is None or pre is None:
         return None
-    gap = dev.total_bytes / GIB - budget.pre_gib - CONTEXT_OVERHEAD_GIB
+    gap = dev.total_bytes / GIB - pre - CONTEXT_OVERHEAD_GIB
     return gap >= 0.8 * gib
 
 
@@ -274,7 +274,7 @@ def explains(view: GpuView, budget: Budget, primary: Failure | None) -> bool:
     total = sum(h.gib or 0.0 for h in foreign)
     if total < 1.0 or primary is None:
         return False
-    y = budget.mem_fraction_static
+    y = budget.mem_fraction_static if isinstance(budget, SglangBudget) else None
     if primary.kind in ("startup_kv_error", "negative_profile"):
         if budget.kv_gib is None or y is None:
             return total >= 2.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor.budget.formulas import kv_at
-from oomdoctor.model import Budget
+from oomdoctor.model import SglangBudget
 
 #: (key, label, text-bar character, SVG colour)
 PARTS: tuple[tuple[str, str, str, str], ...] = (
@@ -35,7 +35,11 @@ _COLOUR = {k: colour for k, _, _, colour in PARTS}
 
 
 def segments(
-    b: Budget, y: float | None, capacity: float | None, held: float | None, others: float | None
+    b: SglangBudget,
+    y: float | None,
+    capacity: float | None,
+    held: float | None,
+    others: float | None,
 ) -> dict[str, Any] | None:
     """The card at fraction y, in GiB (None = unknown), plus the KV shortfall when negative.
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from oomdoctor.budget import holders
+from oomdoctor.budget import as_sglang, holders
 from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB
 from oomdoctor.incident import sites
 from oomdoctor.incident.timeline import parse_ts
@@ -257,8 +257,9 @@ def compute(
     b_lines = _budget_lines(incident)
     put("budget.kv_gib", budget.kv_gib, *b_lines)
     put("budget.kv_negative", budget.kv_gib is not None and budget.kv_gib <= 0, *b_lines)
-    put("budget.window_empty", budget.window_empty, *b_lines)
-    share = budget.weights_gib / budget.pre_gib if budget.weights_gib and budget.pre_gib else None
+    put("budget.window_empty", budget.window.empty, *b_lines)
+    sg = as_sglang(budget)
+    share = sg.weights_gib / sg.pre_gib if sg.weights_gib and sg.pre_gib else None
     put("budget.weights_share", share, *b_lines)
 
     for kind_name, count in incident.fact_counts.items():
@@ -392,11 +393,12 @@ def _gpu_features(
         capacity = devs[0].total_bytes / GIB if devs and devs[0].total_bytes else None
     if capacity is None and primary is not None and primary.oom is not None:
         capacity = primary.oom.total_gib
+    sg = as_sglang(budget)
     start_gap = None
-    if capacity is not None and budget.pre_gib is not None:
-        start_gap = capacity - budget.pre_gib - CONTEXT_OVERHEAD_GIB
+    if capacity is not None and sg.pre_gib is not None:
+        start_gap = capacity - sg.pre_gib - CONTEXT_OVERHEAD_GIB
     put("cotenant.start_gap_gib", start_gap, *_budget_lines(incident)[1:2])
-    y, kv = budget.mem_fraction_static, budget.kv_gib
+    y, kv = sg.mem_fraction_static, sg.kv_gib
     gap_explains = (
         start_gap is not None
         and start_gap >= 3.0
@@ -460,13 +462,12 @@ def _foreign_explains(
         return False
     if shortfall is None:
         return True
+    sg = as_sglang(budget)
     present_at_start = (
-        budget.pre_gib is not None
-        and total is not None
-        and total - budget.pre_gib - 0.5 >= 0.8 * foreign
+        sg.pre_gib is not None and total is not None and total - sg.pre_gib - 0.5 >= 0.8 * foreign
     )
-    if present_at_start and budget.mem_fraction_static is not None:
-        return (1.0 - budget.mem_fraction_static) * foreign >= shortfall
+    if present_at_start and sg.mem_fraction_static is not None:
+        return (1.0 - sg.mem_fraction_static) * foreign >= shortfall
     return foreign >= shortfall
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from oomdoctor.budget.formulas import omni_stage_kv
 from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS
-from oomdoctor.model import Budget, Failure, Finding, Incident, Verdict
+from oomdoctor.model import Budget, Failure, Finding, Incident, SglangBudget, Verdict, VllmBudget
 from oomdoctor.rules.schema import Rule
 from oomdoctor.units import size
 
@@ -69,11 +69,12 @@ def _where(primary: Failure | None) -> str:
 def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None) -> str:
     """The rule's title, with the numbers that prove it."""
     text = rule.title + _where(primary)
+    sg = b if isinstance(b, SglangBudget) else SglangBudget()
     oom = primary.oom if primary else None
     numbers: list[str] = []
     data = primary.data if primary else {}
     colocated = [data.get(k) for k in ("total", "fraction", "used")]
-    if rule.category == "startup_kv_alloc" and b.engine == "vllm" and b.kv_gib is not None:
+    if rule.category == "startup_kv_alloc" and isinstance(b, VllmBudget) and b.kv_gib is not None:
         parts = [
             f"{name} {v:.2f}"
             for name, v in (
@@ -99,15 +100,15 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
             f"the stage budget {fraction:.3f} × {total:.2f} GiB minus the {used:.2f} GiB the stage "
             f"holds leaves {kv:.2f} GiB for the KV cache"
         )
-    elif rule.category == "startup_kv_alloc" and b.kv_gib is not None and b.mem_fraction_static:
+    elif rule.category == "startup_kv_alloc" and sg.kv_gib is not None and sg.mem_fraction_static:
         numbers.append(
-            f"at --mem-fraction-static {b.mem_fraction_static:g} the static share "
-            f"{b.static_gib:.2f} GiB minus weights {b.weights_gib:.2f} GiB leaves {b.kv_gib:.2f} GiB "
-            "for the KV cache"
+            f"at --mem-fraction-static {sg.mem_fraction_static:g} the static share "
+            f"{sg.static_gib:.2f} GiB minus weights {sg.weights_gib:.2f} GiB leaves "
+            f"{sg.kv_gib:.2f} GiB for the KV cache"
         )
-    elif rule.category == "startup_kv_alloc" and b.weights_gib is not None and b.pre_gib:
+    elif rule.category == "startup_kv_alloc" and sg.weights_gib is not None and sg.pre_gib:
         numbers.append(
-            f"weights take {b.weights_gib:.2f} of {b.pre_gib:.2f} GiB free before loading"
+            f"weights take {sg.weights_gib:.2f} of {sg.pre_gib:.2f} GiB free before loading"
         )
     if oom is not None and oom.requested_gib is not None:
         part = f"{size(oom.requested_gib)} was requested"
@@ -120,11 +121,12 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
         numbers.append(part)
     if (
         rule.category in ("runtime_activation", "encoder_starvation")
-        and b.dynamic_gib is not None
-        and b.mem_fraction_static is not None
+        and sg.dynamic_gib is not None
+        and sg.mem_fraction_static is not None
     ):
         numbers.append(
-            f"the dynamic share at y = {round(b.mem_fraction_static, 4):g} is {b.dynamic_gib:.2f} GiB"
+            f"the dynamic share at y = {round(sg.mem_fraction_static, 4):g} is "
+            f"{sg.dynamic_gib:.2f} GiB"
         )
     if numbers:
         text += ": " + "; ".join(numbers)
