@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 from oomdoctor.incident.timeline import Timeline
 
 if TYPE_CHECKING:
+    from oomdoctor.budget.oom import OomJudgement
     from oomdoctor.gpu.view import GpuView
     from oomdoctor.rules.schema import Rule
 
@@ -370,3 +371,4 @@ class Diagnosis(NamedTuple):
     notices: tuple[str, ...]
     gpu: GpuView | None = None  # None: not asked for (--no-gpu)
     capture: Mapping[str, Scalar] | None = None  # live runs: when the crash and snapshot happened
+    oom: OomJudgement | None = None  # the failed allocation's numbers, judged (budget.oom)

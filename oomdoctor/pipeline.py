@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TypeAlias
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeAlias
 
 from oomdoctor import advice, budget
+from oomdoctor.budget import holders, oom
 from oomdoctor.budget.formulas import GIB
+from oomdoctor.budget.oom import OomJudgement
 from oomdoctor.extract.facts import Extractor, MarkerMatcher, Matcher, SignatureMatcher
 from oomdoctor.extract.signatures import ALL as SIGNATURES
 from oomdoctor.incident.assemble import Assembler
@@ -148,14 +150,31 @@ def _read_notices(stats: ReadStats) -> list[str]:
     return out
 
 
+class Judged(NamedTuple):
+    """The judgements every later stage reads: the budget, the GPU state read against it, and
+    the failed allocation's own numbers."""
+
+    budget: Budget
+    gpu: GpuView | None
+    oom: OomJudgement | None
+
+
+def judge(
+    incident: Incident, gpu: GpuState = None, cuda_visible_devices: str | None = None
+) -> Judged:
+    primary = incident.primary
+    bud = budget.build(incident, primary, _capacity(gpu))
+    view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
+    server = holders.server_pids(view)
+    return Judged(bud, view, oom.judge(incident, bud, primary, server))
+
+
 def features_of(
     incident: Incident, gpu: GpuState = None, cuda_visible_devices: str | None = None
 ) -> dict[str, features.Feature]:
     """The features rules see, for one incident and GPU state (``rules test`` uses this)."""
-    primary = incident.primary
-    bud = budget.build(incident, primary, _capacity(gpu))
-    view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
-    return features.compute(incident, bud, primary, view)
+    judged = judge(incident, gpu, cuda_visible_devices)
+    return features.compute(incident, judged.budget, judged.oom, judged.gpu)
 
 
 def _capacity(gpu: GpuState) -> float | None:
@@ -181,7 +200,7 @@ def _gpu_view(
         return view.unavailable(gpu)
     from oomdoctor.gpu import cotenants  # a snapshot to read: the attribution logic loads now
 
-    siblings = features.sibling_pids(incident)
+    siblings = holders.sibling_pids(incident)
     return cotenants.analyse(gpu, incident, bud, primary, siblings, cuda_visible_devices)
 
 
@@ -204,13 +223,12 @@ def diagnose(
         )
         incident = incident._replace(engine=engine_override, notices=(*incident.notices, note))
     primary = incident.primary
-    bud = budget.build(incident, primary, _capacity(gpu))
-    view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
-    feats = features.compute(incident, bud, primary, view)
+    bud, view, judged = judge(incident, gpu, cuda_visible_devices)
+    feats = features.compute(incident, bud, judged, view)
     findings = engine.evaluate(rules, feats)
     v = verdict.decide(findings, incident, bud, primary)
     top = findings[0].rule if findings else None
-    ctx = advice.Context(incident, bud, primary, feats, view, top.remedy if top else None)
+    ctx = advice.Context(incident, bud, primary, feats, view, top.remedy if top else None, judged)
     actions = advice.actions(top.advice if top else None, ctx)
     notices = incident.notices + bud.notices + (view.notes if view else ())
     return Diagnosis(
@@ -221,6 +239,7 @@ def diagnose(
         incident=incident,
         notices=notices,
         gpu=view,
+        oom=judged,
     )
 
 

@@ -80,9 +80,6 @@ def test_budget_numbers(sidecar: Path, report_of: Callable[[Path], dict]) -> Non
 def test_oom_numbers_and_holders(
     sidecar: Path, report_of: Callable[[Path], dict], diagnose: Callable[[Path], object]
 ) -> None:
-    from oomdoctor.budget import holders
-    from oomdoctor.rules.features import server_pids, sibling_pids
-
     expect = load_toml(sidecar)["oom"]
     rep = _report(sidecar, report_of)
     oom = rep["failure"]["oom"]
@@ -91,10 +88,9 @@ def test_oom_numbers_and_holders(
         if key in expect:
             assert oom[key] == pytest.approx(expect[key], abs=0.01), key
     diag = diagnose(_log(sidecar), fixture_snapshots(sidecar))
-    failure = diag.incident.primary
-    assert failure is not None and failure.oom is not None
-    view = holders.judge(failure.oom, sibling_pids(diag.incident), server_pids(diag.gpu))
-    foreign = sorted((h.pid, round(h.gib, 2)) for h in view.holders if h.role == "foreign")
+    assert diag.oom is not None
+    holders = diag.oom.holders.holders
+    foreign = sorted((h.pid, round(h.gib, 2)) for h in holders if h.role == "foreign")
     wanted = sorted((f["pid"], round(f["gib"], 2)) for f in expect.get("foreign", []))
     assert foreign == wanted
 

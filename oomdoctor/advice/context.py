@@ -10,6 +10,7 @@ from oomdoctor.model import Action, Budget, Failure, Incident, SglangBudget, Vll
 from oomdoctor.rules.features import Feature
 
 if TYPE_CHECKING:
+    from oomdoctor.budget.oom import OomJudgement
     from oomdoctor.gpu.view import GpuView
 
 #: The dynamic share is planned with this much room beyond the failed allocation: the OOM shows
@@ -28,6 +29,7 @@ class Context(NamedTuple):
     features: Mapping[str, Feature]
     gpu: GpuView | None = None
     remedy: str | None = None  # the winning rule's remedy text (advice kind "remedy")
+    oom: OomJudgement | None = None  # the failed allocation's numbers, judged (budget.oom)
 
     # -- the budget in each engine's shape ------------------------------------------------------
     @property

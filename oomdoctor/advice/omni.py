@@ -10,7 +10,6 @@ from oomdoctor.advice.context import MARGIN_MIN_GIB, Context
 from oomdoctor.budget import holders
 from oomdoctor.budget.formulas import GIB, round_down, round_up
 from oomdoctor.model import Action
-from oomdoctor.rules.features import server_pids, sibling_pids
 
 THINKER_FRACTION = "--thinker.engine.mem_fraction_static"
 THINKER_BUDGET = "--thinker.gpu_memory_fraction"
@@ -155,11 +154,10 @@ def placement(ctx: Context) -> list[Action]:
 
 def busiest_sibling(ctx: Context) -> tuple[str, int, float] | None:
     """The other stage of the pipeline that holds the most of the failing GPU (stage, pid, GiB)."""
-    oom = ctx.primary.oom if ctx.primary else None
-    if oom is None:
+    if ctx.oom is None:
         return None
-    stages = sibling_pids(ctx.incident)
-    view = holders.judge(oom, stages, server_pids(ctx.gpu))
+    stages = holders.sibling_pids(ctx.incident)
+    view = ctx.oom.holders
     siblings = [h for h in view.holders if h.role == "sibling" and h.pid is not None]
     if not siblings:
         return None

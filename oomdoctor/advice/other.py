@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.fraction import lower_action, raise_fraction
-from oomdoctor.budget import holders
 from oomdoctor.budget.formulas import GIB, round_down, runtime_spare
 from oomdoctor.model import Action
-from oomdoctor.rules.features import server_pids, sibling_pids
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
 FREQUENT_RETRACTIONS_PER_HOUR = 30.0
@@ -54,10 +52,9 @@ def snapshot_holders(ctx: Context) -> list[Action]:
 
 
 def message_holders(ctx: Context) -> list[Action]:
-    oom = ctx.primary.oom if ctx.primary else None
-    if oom is None:
+    if ctx.oom is None:
         return []
-    view = holders.judge(oom, sibling_pids(ctx.incident), server_pids(ctx.gpu))
+    oom, view = ctx.oom.message, ctx.oom.holders
     where = f"GPU {oom.gpu}" if oom.gpu is not None else "the GPU"
     out = [
         _holder_action(ctx, h.pid or 0, h.gib, where, "")

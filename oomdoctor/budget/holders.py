@@ -12,10 +12,14 @@ what is used beyond that and a non-PyTorch allowance is a holder the message can
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from oomdoctor.model import Holder, OomMessage
+from oomdoctor.model import Holder, Incident, OomMessage
+
+if TYPE_CHECKING:
+    from oomdoctor.gpu.view import GpuView
 
 #: Non-PyTorch memory of a serving process: CUDA context, NCCL/cuBLAS workspaces, graphs (GiB).
 MAX_NON_PYTORCH_GIB = 6.0
@@ -136,3 +140,29 @@ def _self_match(oom: OomMessage) -> int | None:
         if abs(oom.total_gib - oom.free_gib - gib) <= 1.5:
             return pid
     return None
+
+
+def server_pids(gpu: GpuView | None) -> frozenset[int]:
+    """PIDs the snapshot shows as this server's own processes."""
+    if gpu is None:
+        return frozenset()
+    return frozenset(h.pid for h in gpu.holders if h.role == "server")
+
+
+def sibling_pids(incident: Incident) -> dict[int, str]:
+    """PIDs the log names as the server's own processes: Omni stages in stage lines, and the
+    engine processes of `(Name pid=N)` prefixes (vLLM workers, engine cores, stage engines).
+    An RL trainer's actor prefix (verl's WorkerDict) is not one: it holds memory of its own."""
+    out: dict[int, str] = {
+        pid: "engine process named in the log's own lines"
+        for pid, role in incident.actor_roles.items()
+        if role == "engine"
+    }
+    for fact in incident.facts_of("omni_stage_group"):
+        for pid in re.findall(r"\d+", fact.text("pids") or str(fact.data.get("pids", ""))):
+            out[int(pid)] = fact.text("stage") or "stage"
+    for fact in incident.facts_of("omni_stage"):
+        pid = fact.num("pid")
+        if pid is not None:
+            out[int(pid)] = fact.text("stage") or "stage"
+    return out

@@ -15,12 +15,11 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from oomdoctor.budget import holders
-from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB
+from oomdoctor.budget import costs, holders
 from oomdoctor.extract.normalise import rank_numbers
 from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot
 from oomdoctor.gpu.view import GpuHolder, GpuView
-from oomdoctor.model import Budget, Failure, Incident, SglangBudget
+from oomdoctor.model import Budget, Failure, Incident
 
 #: A snapshot this far from the log's last line may show a different set of holders.
 STALE_AFTER_S = 15 * 60
@@ -94,17 +93,6 @@ def _message_self(
     return (me.pid, me.gib) if me is not None else (None, None)
 
 
-def _expected_server_gib(budget: Budget, message_self_gib: float | None) -> float | None:
-    """What the server's own process should hold on its GPU, to recognise it without a name."""
-    if message_self_gib is not None:
-        return message_self_gib
-    if budget.weights_gib is None:
-        return None
-    logged = budget.kv_logged_gib if isinstance(budget, SglangBudget) else None
-    kv = logged if logged is not None else max(budget.kv_gib or 0.0, 0.0)
-    return budget.weights_gib + kv + (budget.graph_gib or 0.0) + CONTEXT_OVERHEAD_GIB
-
-
 def analyse(
     snap: Snapshot,
     incident: Incident,
@@ -154,8 +142,7 @@ def analyse(
         notes.append("could not tell which GPUs the server used; all GPUs are listed")
 
     failing = _failing_device(snap, primary, visible, server_devs)
-    expected = _expected_server_gib(budget, self_gib)
-    y = budget.mem_fraction_static if isinstance(budget, SglangBudget) else None
+    expected = costs.expected_server_gib(budget, self_gib)
     holders: list[GpuHolder] = []
     for p in snap.processes:
         dev = snap.device_of(p)
@@ -163,8 +150,10 @@ def analyse(
             continue
         gib = _gib(p)
         role, why = _role(p, gib, is_server(p), siblings, expected)
-        at_start = _present_at_start(dev, gib, incident, budget) if role == "foreign" else None
-        cost = y * gib if role == "foreign" and y is not None and gib is not None else None
+        foreign = role == "foreign"
+        total = dev.total_bytes / GIB if dev is not None and dev.total_bytes else None
+        at_start = costs.present_at_start(total, gib, budget) if foreign else None
+        cost = costs.kv_cost(gib, budget) if foreign else None
         holders.append(GpuHolder(p.pid, dev, gib, p.name, role, why, cost, at_start))
 
     unattributed: list[tuple[Device, float]] = []
@@ -184,8 +173,18 @@ def analyse(
             f"the snapshot was taken {abs(gap_s) / 60:.0f} min {when} the log's last line: "
             "the holders it shows may have come or gone since"
         )
+    on_failing = [
+        (h.gib, h.present_at_start)
+        for h in holders
+        if h.role == "foreign" and h.gib is not None and (failing is None or h.device is failing)
+    ]
+    with_size = [d for d in (failing, *server_devs) if d is not None and d.total_bytes]
     return GpuView(
         snapshot=snap,
+        foreign_explains=costs.snapshot_foreign_explains(on_failing, budget, primary),
+        capacity_gib=with_size[0].total_bytes / GIB
+        if with_size and with_size[0].total_bytes
+        else None,
         unavailable=None,
         server_devices=tuple(server_devs),
         failing_device=failing,
@@ -205,11 +204,7 @@ def _role(
     if server:
         return "server", "an SGLang process (process title or a PID the log names)"
     if not p.name and not p.cmdline and p.visible is not True:
-        if (
-            expected is not None
-            and gib is not None
-            and abs(gib - expected) <= max(2.0, 0.05 * expected)
-        ):
+        if costs.matches_server(gib, expected):
             return (
                 "server",
                 "not visible from the snapshot's namespace, but its size matches the server's",
@@ -226,17 +221,6 @@ def _failing_device(
         if dev is not None and (not server or dev in server):
             return dev
     return server[0] if len(server) == 1 else None
-
-
-def _present_at_start(
-    dev: Device | None, gib: float | None, incident: Incident, budget: Budget
-) -> bool | None:
-    """True when capacity − pre − overhead accounts for the holder (it shrank pre)."""
-    pre = budget.pre_gib if isinstance(budget, SglangBudget) else None
-    if dev is None or dev.total_bytes is None or gib is None or pre is None:
-        return None
-    gap = dev.total_bytes / GIB - pre - CONTEXT_OVERHEAD_GIB
-    return gap >= 0.8 * gib
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -264,29 +248,3 @@ def _gap(snap_time: str | None, log_time: str | None) -> float | None:
     if a is None or b is None:
         return None
     return (b - a).total_seconds()
-
-
-def explains(view: GpuView, budget: Budget, primary: Failure | None) -> bool:
-    """Would the failure have been avoided without the co-tenants the snapshot shows?"""
-    foreign = [h for h in view.foreign if h.gib is not None]
-    if view.failing_device is not None:
-        foreign = [h for h in foreign if h.device is view.failing_device]
-    total = sum(h.gib or 0.0 for h in foreign)
-    if total < 1.0 or primary is None:
-        return False
-    y = budget.mem_fraction_static if isinstance(budget, SglangBudget) else None
-    if primary.kind in ("startup_kv_error", "negative_profile"):
-        if budget.kv_gib is None or y is None:
-            return total >= 2.0
-        return y * total >= -budget.kv_gib
-    if primary.kind == "tp_imbalance":
-        return True
-    oom = primary.oom
-    if oom is None or oom.requested_gib is None or oom.free_gib is None:
-        return total >= 2.0
-    short = max(oom.requested_gib - oom.free_gib, 0.0)
-    effective = sum(
-        (1.0 - y) * (h.gib or 0.0) if h.present_at_start and y is not None else (h.gib or 0.0)
-        for h in foreign
-    )
-    return effective >= short

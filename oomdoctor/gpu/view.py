@@ -40,6 +40,8 @@ class GpuView(NamedTuple):
     mapping: str | None = None  # how the server's GPUs were found
     gap_s: float | None = None  # snapshot time − the log's last timestamp
     notes: tuple[str, ...] = ()
+    foreign_explains: bool = False  # the co-tenants on the failing GPU account for the failure
+    capacity_gib: float | None = None  # the failing (else first server) GPU's total memory
 
     @property
     def foreign(self) -> tuple[GpuHolder, ...]:

@@ -11,15 +11,15 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from oomdoctor.budget import as_sglang, holders
-from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB
+from oomdoctor.budget import as_sglang
+from oomdoctor.budget.costs import start_gap, start_gap_explains
 from oomdoctor.incident import sites
 from oomdoctor.incident.timeline import parse_ts
 from oomdoctor.knowledge import family
-from oomdoctor.knowledge.kinds import OOM_KINDS
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
 
 if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
+    from oomdoctor.budget.oom import OomJudgement
     from oomdoctor.gpu.view import GpuView
 
 #: Parts of the stack that mean an RL trainer shares the GPUs with the engine.
@@ -27,10 +27,6 @@ if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look
 RL_STACK = frozenset({"verl", "slime", "openrlhf", "torch_memory_saver"})
 #: Engines whose stages are separate processes sharing GPUs by design.
 PIPELINE_ENGINES = frozenset({"sglang-omni", "vllm-omni"})
-#: An OOM with this much more free than requested was refused by something other than the GPU.
-FREE_ROOM_GIB = 4.0
-#: Memory held outside every listed process this large is a holder of its own (GiB).
-HIDDEN_HOLDER_GIB = 2.0
 
 _ENCODER_STAGE = re.compile(
     r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
@@ -126,32 +122,6 @@ def _lines(*items: Line | None) -> tuple[Line, ...]:
     return tuple(i for i in items if i is not None)
 
 
-def server_pids(gpu: GpuView | None) -> frozenset[int]:
-    """PIDs the snapshot shows as this server's own processes."""
-    if gpu is None:
-        return frozenset()
-    return frozenset(h.pid for h in gpu.holders if h.role == "server")
-
-
-def sibling_pids(incident: Incident) -> dict[int, str]:
-    """PIDs the log names as the server's own processes: Omni stages in stage lines, and the
-    engine processes of `(Name pid=N)` prefixes (vLLM workers, engine cores, stage engines).
-    An RL trainer's actor prefix (verl's WorkerDict) is not one: it holds memory of its own."""
-    out: dict[int, str] = {
-        pid: "engine process named in the log's own lines"
-        for pid, role in incident.actor_roles.items()
-        if role == "engine"
-    }
-    for fact in incident.facts_of("omni_stage_group"):
-        for pid in re.findall(r"\d+", fact.text("pids") or str(fact.data.get("pids", ""))):
-            out[int(pid)] = fact.text("stage") or "stage"
-    for fact in incident.facts_of("omni_stage"):
-        pid = fact.num("pid")
-        if pid is not None:
-            out[int(pid)] = fact.text("stage") or "stage"
-    return out
-
-
 class _Builder:
     def __init__(self) -> None:
         self.values: dict[str, Feature] = {}
@@ -161,9 +131,14 @@ class _Builder:
 
 
 def compute(
-    incident: Incident, budget: Budget, primary: Failure | None, gpu: GpuView | None = None
+    incident: Incident,
+    budget: Budget,
+    judged: OomJudgement | None = None,
+    gpu: GpuView | None = None,
 ) -> dict[str, Feature]:
-    """Every feature of FEATURE_DOCS for this incident."""
+    """Every feature of FEATURE_DOCS for this incident, from judgements already made: the
+    budget, the OOM message's (budget.oom.judge) and the GPU snapshot's (gpu.cotenants)."""
+    primary = incident.primary
     put = _Builder()
     f = put.values
     _gpu_features(put, incident, budget, primary, gpu)
@@ -191,7 +166,7 @@ def compute(
     ]
     put("startup_kv.error", kind in ("startup_kv_error", "negative_profile"), *kv_error[:3])
 
-    _oom_features(put, incident, budget, primary, server_pids(gpu))
+    _oom_features(put, incident, primary, judged)
 
     captures = [fa for fa in incident.failures if fa.kind == "graph_capture_failed"]
     capture_oom = (
@@ -272,100 +247,65 @@ def compute(
 
 
 def _oom_features(
-    put: _Builder,
-    incident: Incident,
-    budget: Budget,
-    primary: Failure | None,
-    server: frozenset[int] = frozenset(),
+    put: _Builder, incident: Incident, primary: Failure | None, judged: OomJudgement | None
 ) -> None:
-    oom = primary.oom if primary is not None and primary.kind in OOM_KINDS else None
     where = primary.line if primary else None
-    if oom is not None and primary is not None:
-        frame = sites.classify(primary.frames)[1]
-        stats = incident.stats
-        before = [
-            s.line
-            for s in (stats.last_prefill, stats.last_decode)
-            if s is not None and s.line.seq < primary.line.seq
-        ]
-        put("oom.present", True, *before[-1:], frame.line if frame else None, where)
-    else:
+    if judged is None or primary is None:
         put("oom.present", False)
-    if oom is None:
-        for name in (
-            "form",
-            "requested_gib",
-            "free_gib",
-            "total_gib",
-            "shortfall_gib",
-            "self_gib",
-            "unattributed_gib",
-            "hidden_gib",
-        ):
+        for name in _OOM_NUMBERS:
             put(f"oom.{name}", None)
-        put("oom.exceeds_card", False)
-        put("oom.foreign_may_be_stage", False)
-        put("oom.free_covers_request", False)
         for name in ("foreign_gib", "sibling_gib"):
             put(f"oom.{name}", 0.0)
-        put("oom.foreign_explains", False)
-        put("oom.self_holds_card", False)
+        for name in _OOM_FLAGS:
+            put(f"oom.{name}", False)
         return
-    tp = incident.server_args.get("tp_size")
-    view = holders.judge(
-        oom,
-        sibling_pids(incident),
-        server,
-        tensor_parallel=(isinstance(tp, int) and tp > 1) or len(incident.ranks) > 1,
-    )
-    shortfall = (
-        max(oom.requested_gib - oom.free_gib, 0.0)
-        if oom.requested_gib is not None and oom.free_gib is not None
-        else None
-    )
+    frame = sites.classify(primary.frames)[1]
+    stats = incident.stats
+    before = [
+        s.line
+        for s in (stats.last_prefill, stats.last_decode)
+        if s is not None and s.line.seq < primary.line.seq
+    ]
+    put("oom.present", True, *before[-1:], frame.line if frame else None, where)
+    oom, view = judged.message, judged.holders
     put("oom.form", oom.form, where)
     put("oom.requested_gib", oom.requested_gib, where)
     put("oom.free_gib", oom.free_gib, where)
     put("oom.total_gib", oom.total_gib, where)
-    put("oom.shortfall_gib", shortfall, where)
+    put("oom.shortfall_gib", judged.shortfall_gib, where)
     put("oom.self_gib", view.self_gib, where)
     put("oom.foreign_gib", view.foreign_gib, where if view.foreign_gib else None)
     put("oom.sibling_gib", view.sibling_gib, where if view.sibling_gib else None)
     put("oom.unattributed_gib", view.unattributed_gib, where)
-    hidden = view.hidden_gib or 0.0
-    put("oom.hidden_gib", view.hidden_gib, where if hidden else None)
-    outside = view.foreign_gib + (hidden if hidden >= HIDDEN_HOLDER_GIB else 0.0)
-    put(
-        "oom.foreign_explains",
-        _foreign_explains(outside, shortfall, budget, oom.total_gib),
-        where if outside else None,
-    )
+    put("oom.hidden_gib", view.hidden_gib, where if view.hidden_gib else None)
+    put("oom.foreign_explains", judged.foreign_explains, where if judged.outside_gib else None)
     stage_pids = [f for f in incident.facts if f.kind in ("omni_stage_group", "omni_stage")]
     pipeline = incident.engine in PIPELINE_ENGINES
     may_be_stage = pipeline and view.foreign_gib > 0 and not stage_pids
     put("oom.foreign_may_be_stage", may_be_stage, where if may_be_stage else None)
-    exceeds = (
-        oom.requested_gib is not None
-        and oom.total_gib is not None
-        and oom.requested_gib >= oom.total_gib
-    )
-    put("oom.exceeds_card", exceeds, where if exceeds else None)
-    # Free memory the size of the request is common in real OOMs (PyTorch reads it after releasing
-    # its cache, another process's use moves): only far more than asked says the GPU had room.
-    roomy = (
-        oom.requested_gib is not None
-        and oom.free_gib is not None
-        and oom.allowed_gib is None  # a per-process cap is a limit of its own
-        and oom.free_gib >= max(2 * oom.requested_gib, oom.requested_gib + FREE_ROOM_GIB)
-    )
-    put("oom.free_covers_request", roomy, where if roomy else None)
-    used = (
-        oom.total_gib - oom.free_gib
-        if oom.total_gib is not None and oom.free_gib is not None
-        else None
-    )
-    holds = view.self_gib is not None and used is not None and view.self_gib >= used - 1.0
-    put("oom.self_holds_card", holds, where if holds else None)
+    for name in ("exceeds_card", "free_covers_request", "self_holds_card"):
+        value = getattr(judged, name)
+        put(f"oom.{name}", value, where if value else None)
+
+
+#: The OOM features that are numbers (None without an OOM) and flags (False without one).
+_OOM_NUMBERS = (
+    "form",
+    "requested_gib",
+    "free_gib",
+    "total_gib",
+    "shortfall_gib",
+    "self_gib",
+    "unattributed_gib",
+    "hidden_gib",
+)
+_OOM_FLAGS = (
+    "exceeds_card",
+    "foreign_may_be_stage",
+    "free_covers_request",
+    "foreign_explains",
+    "self_holds_card",
+)
 
 
 def _gpu_features(
@@ -378,40 +318,19 @@ def _gpu_features(
         foreign = [h for h in foreign if h.device is gpu.failing_device]
     where = primary.line if primary else None
     put("gpu.foreign_gib", sum(h.gib or 0.0 for h in foreign), where if foreign else None)
-    explained = False
-    if gpu is not None and available:
-        from oomdoctor.gpu import cotenants
-
-        explained = cotenants.explains(gpu, budget, primary)
+    explained = gpu is not None and available and gpu.foreign_explains
     put("gpu.foreign_explains", explained, where if explained else None)
     gaps = [g for _, g in gpu.unattributed] if gpu is not None else []
     put("gpu.unattributed_gib", max(gaps) if gaps else None)
     put("gpu.snapshot_gap_s", gpu.gap_s if gpu is not None else None)
-    capacity = None
-    if gpu is not None and gpu.snapshot is not None:
-        devs = [d for d in (gpu.failing_device, *gpu.server_devices) if d and d.total_bytes]
-        capacity = devs[0].total_bytes / GIB if devs and devs[0].total_bytes else None
+    capacity = gpu.capacity_gib if gpu is not None else None
     if capacity is None and primary is not None and primary.oom is not None:
         capacity = primary.oom.total_gib
-    sg = as_sglang(budget)
-    start_gap = None
-    if capacity is not None and sg.pre_gib is not None:
-        start_gap = capacity - sg.pre_gib - CONTEXT_OVERHEAD_GIB
-    put("cotenant.start_gap_gib", start_gap, *_budget_lines(incident)[1:2])
-    y, kv = sg.mem_fraction_static, sg.kv_gib
-    gap_explains = (
-        start_gap is not None
-        and start_gap >= 3.0
-        and y is not None
-        and kv is not None
-        and kv < 0
-        and y * start_gap >= -kv
-    )
-    put(
-        "cotenant.start_gap_explains",
-        gap_explains,
-        *(_budget_lines(incident)[1:2] if gap_explains else ()),
-    )
+    gap = start_gap(capacity, budget)
+    evidence = _budget_lines(incident)[1:2]
+    put("cotenant.start_gap_gib", gap, *evidence)
+    gap_explains = start_gap_explains(gap, budget)
+    put("cotenant.start_gap_explains", gap_explains, *(evidence if gap_explains else ()))
 
 
 #: Frames and texts of vLLM's startup profile run (the dummy forward that sizes the KV cache).
@@ -448,27 +367,6 @@ def _vllm_features(put: _Builder, incident: Incident, primary: Failure | None) -
         incident.stats.retractions if preempted else 0,
         *(p.line for p in preempted[:2]),
     )
-
-
-def _foreign_explains(
-    foreign: float, shortfall: float | None, budget: Budget, total: float | None
-) -> bool:
-    """Would the allocation have fit without the foreign holders?
-
-    A holder that grew after start took the memory directly; one present from the start only
-    shrank ``pre``, so it cost the dynamic share (1 − y) of its size.
-    """
-    if foreign < 1.0:
-        return False
-    if shortfall is None:
-        return True
-    sg = as_sglang(budget)
-    present_at_start = (
-        sg.pre_gib is not None and total is not None and total - sg.pre_gib - 0.5 >= 0.8 * foreign
-    )
-    if present_at_start and sg.mem_fraction_static is not None:
-        return (1.0 - sg.mem_fraction_static) * foreign >= shortfall
-    return foreign >= shortfall
 
 
 def _budget_lines(incident: Incident) -> tuple[Line, ...]:

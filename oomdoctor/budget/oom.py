@@ -1,0 +1,77 @@
+"""What a failed GPU allocation's own numbers say, judged once per diagnosis.
+
+Rules (through features) and advice read this judgement; neither does the arithmetic again.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from oomdoctor.budget import holders
+from oomdoctor.budget.costs import message_foreign_explains
+from oomdoctor.knowledge.kinds import OOM_KINDS
+from oomdoctor.model import Budget, Failure, Incident, OomMessage
+
+#: An OOM with this much more free than requested was refused by something other than the GPU.
+FREE_ROOM_GIB = 4.0
+#: Memory held outside every listed process this large is a holder of its own (GiB).
+HIDDEN_HOLDER_GIB = 2.0
+#: The failing process holds the card when it holds all used memory but this much.
+SELF_HOLDS_SLACK_GIB = 1.0
+
+
+class OomJudgement(NamedTuple):
+    message: OomMessage
+    holders: holders.HolderView
+    shortfall_gib: float | None  # requested − free (≥ 0)
+    outside_gib: float  # foreign holders, plus hidden memory large enough to be a holder
+    foreign_explains: bool  # those holders alone account for the shortfall
+    exceeds_card: bool  # the single allocation is at least the card's capacity
+    free_covers_request: bool  # far more was free than requested
+    self_holds_card: bool  # the failing process holds nearly all used memory
+
+
+def judge(
+    incident: Incident,
+    budget: Budget,
+    primary: Failure | None,
+    server_pids: frozenset[int] = frozenset(),
+) -> OomJudgement | None:
+    """The judgement of the diagnosed failure's OOM message (None: it is not a GPU OOM)."""
+    if primary is None or primary.oom is None or primary.kind not in OOM_KINDS:
+        return None
+    oom = primary.oom
+    tp = incident.server_args.get("tp_size")
+    view = holders.judge(
+        oom,
+        holders.sibling_pids(incident),
+        server_pids,
+        tensor_parallel=(isinstance(tp, int) and tp > 1) or len(incident.ranks) > 1,
+    )
+    requested, free, total = oom.requested_gib, oom.free_gib, oom.total_gib
+    shortfall = max(requested - free, 0.0) if requested is not None and free is not None else None
+    hidden = view.hidden_gib or 0.0
+    outside = view.foreign_gib + (hidden if hidden >= HIDDEN_HOLDER_GIB else 0.0)
+    # Free memory the size of the request is common in real OOMs (PyTorch reads it after releasing
+    # its cache, another process's use moves): only far more than asked says the GPU had room.
+    roomy = (
+        requested is not None
+        and free is not None
+        and oom.allowed_gib is None  # a per-process cap is a limit of its own
+        and free >= max(2 * requested, requested + FREE_ROOM_GIB)
+    )
+    used = total - free if total is not None and free is not None else None
+    return OomJudgement(
+        message=oom,
+        holders=view,
+        shortfall_gib=shortfall,
+        outside_gib=outside,
+        foreign_explains=message_foreign_explains(outside, shortfall, budget, total),
+        exceeds_card=requested is not None and total is not None and requested >= total,
+        free_covers_request=roomy,
+        self_holds_card=(
+            view.self_gib is not None
+            and used is not None
+            and view.self_gib >= used - SELF_HOLDS_SLACK_GIB
+        ),
+    )
