@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.model import Frame, Line
 
 if TYPE_CHECKING:
-    from oomdoctor.incident.assemble import FailureBuilder
+    from oomdoctor.incident.launch import FailureBuilder
 
 MAX_FRAMES = 120
 #: A frameless failure this close above the first frame of an unfinished run is what the run
