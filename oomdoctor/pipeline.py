@@ -10,7 +10,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeAlias
 
-from oomdoctor import advice, budget
+from oomdoctor import budget
+from oomdoctor.advice.context import Context
+from oomdoctor.advice.registry import actions as advise
 from oomdoctor.budget import holders, oom
 from oomdoctor.budget.formulas import GIB
 from oomdoctor.budget.oom import OomJudgement
@@ -23,7 +25,8 @@ from oomdoctor.model import Budget, Diagnosis, Failure, Incident, Line
 from oomdoctor.read import parallel
 from oomdoctor.read.sources import ReadStats, iter_blocks, open_source
 from oomdoctor.rules import engine, features, verdict
-from oomdoctor.rules.schema import Rule, builtin_dir, load
+from oomdoctor.rules.loader import load
+from oomdoctor.rules.schema import Rule, builtin_dir
 
 if TYPE_CHECKING:  # loaded when used: GPU state, live capture
     from oomdoctor.gpu.snapshot import Snapshot
@@ -228,8 +231,8 @@ def diagnose(
     findings = engine.evaluate(rules, feats)
     v = verdict.decide(findings, incident, bud, primary)
     top = findings[0].rule if findings else None
-    ctx = advice.Context(incident, bud, primary, feats, view, top.remedy if top else None, judged)
-    actions = advice.actions(top.advice if top else None, ctx)
+    ctx = Context(incident, bud, primary, feats, view, top.remedy if top else None, judged)
+    actions = advise(top.advice if top else None, ctx)
     notices = incident.notices + bud.notices + (view.notes if view else ())
     return Diagnosis(
         verdict=v,

@@ -566,15 +566,3 @@ def kv_slots(ctx: Context) -> list[Action]:
         )
     )
     return out
-
-
-REGISTRY = {
-    "raise_mem_fraction": raise_utilization,
-    "kv_slots": kv_slots,
-    "lower_mem_fraction": lower_utilization,
-    "free_gpu": free_gpu,
-    "reserve_encoder": reserve_encoder,
-    "retraction": preemption,
-    "weights_do_not_fit": weights_do_not_fit,
-    "graph_capture": graph_capture,
-}

@@ -1,46 +1,25 @@
-"""Load and validate rule files (TOML, one rule per file).
+"""What a rule file holds: the records a loaded rule is made of, and the keys a file may use.
 
-Every problem in every file is collected and reported as ``file:line: message`` before anything
-runs; a rule set is either entirely valid or refused.
+rules/loader.py reads and validates the files; README.md (Writing a rule) documents them.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from oomdoctor.knowledge import RESERVED_FILES
-from oomdoctor.model import CATEGORIES, Scalar
-from oomdoctor.rules.features import FEATURE_DOCS
+from oomdoctor.model import Scalar
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    pass
 
 OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "matches")
-ADVICE = (
-    "raise_mem_fraction",
-    "weights_do_not_fit",
-    "lower_mem_fraction",
-    "graph_capture",
-    "free_gpu",
-    "reserve_encoder",
-    "kv_slots",
-    "retraction",
-    "host_memory",
-    "gpu_fault",
-    "thinker_kv",
-    "omni_placement",
-    "remedy",
-    "oversized",
-    "none",
-)
-_TOP_KEYS = {
+TOP_KEYS = {
     "id",
     "category",
     "priority",
@@ -53,8 +32,8 @@ _TOP_KEYS = {
     "patterns",
     "fixtures",
 }
-_DOC_KEYS = {"what", "why", "remedy", "false_positives", "references"}
-_ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+DOC_KEYS = {"what", "why", "remedy", "false_positives", "references"}
+ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 #: Seconds one user pattern may spend on one line before it is disabled for the run.
 PATTERN_TIMEOUT = 0.05
 
@@ -135,303 +114,3 @@ def builtin_dir() -> Path:
     package = Path(__file__).resolve().parent.parent  # oomdoctor/
     packaged = package / "_data" / "rules"
     return packaged if packaged.is_dir() else package.parent / "rules"
-
-
-def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
-    """Load every ``*.toml`` in ``dirs`` (in order); raise RuleError listing all problems.
-
-    Fixture files need not exist to diagnose; ``rules test`` reports missing ones.
-    """
-    problems: list[str] = []
-    rules: list[Rule] = []
-    kinds = set(fact_kinds)
-    seen: dict[str, Path] = {}
-    for directory in dirs:
-        if not directory.is_dir():
-            problems.append(f"{directory}: not a directory of rule files")
-            continue
-        files = sorted(p for p in directory.glob("*.toml") if p.name not in RESERVED_FILES)
-        if not files and not any((directory / name).is_file() for name in RESERVED_FILES):
-            problems.append(f"{directory}: no *.toml rule files")
-        for path in files:
-            rule = _load_file(path, kinds, problems)
-            if rule is None:
-                continue
-            if rule.id in seen:
-                problems.append(
-                    f"{path}:{_line_of(path.read_text('utf-8', 'replace'), 'id')}: duplicate rule id "
-                    f'"{rule.id}" (also in {seen[rule.id]})'
-                )
-                continue
-            seen[rule.id] = path
-            rules.append(rule)
-    ids = {r.id for r in rules}
-    for rule in rules:
-        for other in rule.refines:
-            if other not in ids:
-                text = rule.path.read_text("utf-8", "replace")
-                problems.append(
-                    f'{rule.path}:{_line_of(text, "refines")}: refines unknown rule "{other}"'
-                )
-    if problems:
-        raise RuleError(problems)
-    return tuple(rules)
-
-
-def _line_of(text: str, key: str, table: str | None = None) -> int:
-    """The line where ``key`` is set (inside ``[table]`` when given); 1 if it cannot be found."""
-    lines = text.splitlines()
-    start = 0
-    if table is not None:
-        for i, line in enumerate(lines):
-            if re.match(rf"^\s*\[+\s*{re.escape(table)}\s*\]+", line):
-                start = i
-                break
-    pat = re.compile(rf"^\s*{re.escape(key)}\s*=")
-    for i in range(start, len(lines)):
-        if pat.match(lines[i]):
-            return i + 1
-    return start + 1 if table is not None else 1
-
-
-def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"{path}:1: cannot read: {exc}")
-        return None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        problems.append(f"{path}:{m.group(1) if m else 1}: invalid TOML: {exc}")
-        return None
-    before = len(problems)
-
-    def err(message: str, key: str, table: str | None = None) -> None:
-        problems.append(f"{path}:{_line_of(text, key, table)}: {message}")
-
-    for key in data:
-        if key not in _TOP_KEYS:
-            err(f'unknown key "{key}"', key)
-    rid = data.get("id")
-    if not isinstance(rid, str) or not _ID.match(rid):
-        err('"id" must be lower-case words joined by "-", e.g. "startup-kv-no-room"', "id")
-        rid = path.stem
-    category = data.get("category")
-    if category not in CATEGORIES:
-        err(f'"category" must be one of {", ".join(CATEGORIES)}', "category")
-    priority = data.get("priority")
-    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 1000:
-        err('"priority" must be an integer from 0 to 1000', "priority")
-        priority = 0
-    confidence = data.get("confidence", 0.8)
-    if not isinstance(confidence, int | float) or not 0 < confidence <= 1:
-        err('"confidence" must be a number in (0, 1]', "confidence")
-        confidence = 0.5
-    title = data.get("title")
-    if not isinstance(title, str) or not title.strip():
-        err('"title" is required', "title")
-    advice = data.get("advice", "none")
-    if advice not in ADVICE:
-        err(f'"advice" must be one of {", ".join(ADVICE)}', "advice")
-    refines = data.get("refines", [])
-    if not isinstance(refines, list) or not all(isinstance(r, str) for r in refines):
-        err('"refines" must be a list of rule ids this rule is a more specific case of', "refines")
-        refines = []
-
-    docs = data.get("docs")
-    if not isinstance(docs, dict):
-        err(
-            "a [docs] table with what, why, remedy, false_positives, references is required", "docs"
-        )
-        docs = {}
-    for key in docs:
-        if key not in _DOC_KEYS:
-            err(f'unknown key "{key}" in [docs]', key, "docs")
-    for key in ("what", "why", "remedy"):
-        if not isinstance(docs.get(key), str) or not docs[key].strip():
-            err(f'[docs] needs "{key}" (text)', key, "docs")
-    for key in ("false_positives", "references"):
-        value = docs.get(key)
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            err(f'[docs] needs "{key}" (a non-empty list of strings)', key, "docs")
-
-    patterns = _patterns(data.get("patterns", []), rid, err)
-    pattern_names = {f"pattern.{p.rule}.{p.name}" for p in patterns}
-    when = data.get("when")
-    conds: dict[str, tuple[Condition, ...]] = {"all": (), "any": (), "none": ()}
-    if not isinstance(when, dict):
-        err('a [when] table with "all", "any" and/or "none" is required', "when")
-    else:
-        for key in when:
-            if key not in conds:
-                err(f'unknown key "{key}" in [when] (use all, any, none)', key, "when")
-        for group in conds:
-            conds[group] = _conditions(when.get(group, []), group, kinds, pattern_names, err)
-        if not conds["all"] and not conds["any"]:
-            err('[when] needs at least one condition in "all" or "any"', "when")
-
-    fixtures = data.get("fixtures")
-    fire: tuple[FixtureRef, ...] = ()
-    silent: tuple[FixtureRef, ...] = ()
-    if not isinstance(fixtures, dict):
-        err("a [fixtures] table with fire = [...] and silent = [...] is required", "fixtures")
-    else:
-        for key in fixtures:
-            if key not in ("fire", "silent"):
-                err(f'unknown key "{key}" in [fixtures]', key, "fixtures")
-        fire = _fixture_paths(path, fixtures.get("fire"), "fire", err)
-        silent = _fixture_paths(path, fixtures.get("silent"), "silent", err)
-
-    if len(problems) > before:
-        return None
-    return Rule(
-        id=rid,
-        category=str(category),
-        priority=int(priority),
-        confidence=float(confidence),
-        title=str(title).strip(),
-        advice=str(advice),
-        refines=tuple(refines),
-        what=docs["what"].strip(),
-        why=docs["why"].strip(),
-        remedy=docs["remedy"].strip(),
-        false_positives=tuple(docs["false_positives"]),
-        references=tuple(docs["references"]),
-        all=conds["all"],
-        any=conds["any"],
-        none=conds["none"],
-        patterns=patterns,
-        fire=fire,
-        silent=silent,
-        path=path,
-    )
-
-
-def _patterns(raw: Any, rid: str, err: Any) -> tuple[RulePattern, ...]:
-    if not isinstance(raw, list):
-        err('"patterns" must be an array of tables ([[patterns]])', "patterns")
-        return ()
-    out: list[RulePattern] = []
-    for item in raw:
-        if not isinstance(item, dict):
-            err("each [[patterns]] entry must be a table", "patterns")
-            continue
-        for key in item:
-            if key not in ("name", "anchor", "regex"):
-                err(f'unknown key "{key}" in [[patterns]]', key, "patterns")
-        name, anchor, source = item.get("name"), item.get("anchor"), item.get("regex")
-        if not isinstance(name, str) or not re.fullmatch(r"\w+", name):
-            err('[[patterns]] "name" must be a word', "name", "patterns")
-            continue
-        if not isinstance(anchor, str) or len(anchor) < 3:
-            err(
-                f'pattern "{name}": "anchor" must be a literal of 3+ characters found in every '
-                "matching line (it drives the fast prefilter)",
-                "anchor",
-                "patterns",
-            )
-            continue
-        if not isinstance(source, str):
-            err(f'pattern "{name}": "regex" is required', "regex", "patterns")
-            continue
-        import regex  # only rule files with patterns pay for it
-
-        try:
-            compiled = regex.compile(source)
-        except regex.error as exc:
-            err(f'pattern "{name}": invalid regex: {exc}', "regex", "patterns")
-            continue
-        out.append(RulePattern(rid, name, anchor, compiled))
-    return tuple(out)
-
-
-def _known(key: str, kinds: set[str], pattern_names: set[str]) -> bool:
-    if key in FEATURE_DOCS or key in pattern_names:
-        return True
-    return key.startswith("fact.") and key[5:] in kinds
-
-
-def _conditions(
-    raw: Any, group: str, kinds: set[str], pattern_names: set[str], err: Any
-) -> tuple[Condition, ...]:
-    if not isinstance(raw, list):
-        err(f'[when] "{group}" must be a list', group, "when")
-        return ()
-    out: list[Condition] = []
-    for item in raw:
-        key: Any
-        if isinstance(item, str):
-            key, op, operand = item, "truthy", None
-        elif isinstance(item, dict):
-            key = item.get("key")
-            ops = [k for k in item if k != "key"]
-            if len(ops) != 1 or ops[0] not in OPS:
-                err(
-                    f'a condition needs "key" and exactly one of {", ".join(OPS)}; got {sorted(item)}',
-                    group,
-                    "when",
-                )
-                continue
-            op, operand = ops[0], item[ops[0]]
-            if op == "matches":
-                import regex
-
-                try:
-                    operand = regex.compile(str(operand))
-                except regex.error as exc:
-                    err(f"invalid regex in condition on {key}: {exc}", group, "when")
-                    continue
-            elif op in ("in", "not_in") and not isinstance(operand, list):
-                err(f'"{op}" needs a list', group, "when")
-                continue
-        else:
-            err(
-                f"a condition is a feature name or a table, not {type(item).__name__}",
-                group,
-                "when",
-            )
-            continue
-        if not isinstance(key, str) or not _known(key, kinds, pattern_names):
-            err(f'unknown feature "{key}" (see `oomdoctor rules features`)', group, "when")
-            continue
-        out.append(Condition(key, op, operand))
-    return tuple(out)
-
-
-def _joined(base: Path, relative: str) -> Path:
-    """``base/relative`` with ``..`` folded, without touching the disk (every run loads the rules;
-    only ``rules test`` opens the fixtures)."""
-    return Path(os.path.normpath(base / relative))
-
-
-def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[FixtureRef, ...]:
-    """Fixture entries, relative to the rule file: a log path, or a table
-    ``{ log = "x.log", snapshot = ["gpu.xml"] }`` for a log diagnosed with a GPU snapshot."""
-    if not isinstance(raw, list) or not raw:
-        err(f'[fixtures] "{key}" must be a non-empty list', key, "fixtures")
-        return ()
-    base = rule_path.parent
-    out = []
-    for item in raw:
-        if isinstance(item, str):
-            out.append(FixtureRef(_joined(base, item)))
-            continue
-        log = item.get("log") if isinstance(item, dict) else None
-        snaps = item.get("snapshot", []) if isinstance(item, dict) else None
-        if isinstance(snaps, str):
-            snaps = [snaps]
-        if (
-            not isinstance(log, str)
-            or not isinstance(snaps, list)
-            or not all(isinstance(x, str) for x in snaps)
-        ):
-            err(
-                f'[fixtures] {key}: an entry is a path or {{ log = "...", snapshot = [...] }}',
-                key,
-                "fixtures",
-            )
-            continue
-        out.append(FixtureRef(_joined(base, log), tuple(_joined(base, x) for x in snaps)))
-    return tuple(out)
