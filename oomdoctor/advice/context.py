@@ -13,14 +13,6 @@ if TYPE_CHECKING:
     from oomdoctor.budget.oom import OomJudgement
     from oomdoctor.gpu.view import GpuView
 
-#: The dynamic share is planned with this much room beyond the failed allocation: the OOM shows
-#: only the last allocation of a peak; more of similar size usually follow it in the same forward,
-#: and the caching allocator rounds and fragments. 10% of the dynamic share, at least 1 GiB.
-MARGIN_SHARE = 0.10
-MARGIN_MIN_GIB = 1.0
-#: A raised fraction is placed this far above the smallest workable value.
-RAISE_MARGIN = 0.02
-
 
 class Context(NamedTuple):
     incident: Incident
@@ -114,9 +106,16 @@ class Context(NamedTuple):
                 return int(m.group(1))
         return None
 
+    @property
+    def shortfall(self) -> float | None:
+        """requested − free of the failed allocation (None: no GPU OOM, or no numbers)."""
+        return self.oom.shortfall_gib if self.oom is not None else None
+
     def margin(self) -> float:
-        dynamic = self.sglang.dynamic_gib or 0.0
-        return max(MARGIN_MIN_GIB, MARGIN_SHARE * dynamic)
+        """Room planned beyond the failed allocation (budget.targets.runtime_margin)."""
+        from oomdoctor.budget.targets import runtime_margin
+
+        return runtime_margin(self.sglang.dynamic_gib)
 
 
 def halve(flag: str, current: int | None, why: str, example: int | None = None) -> Action:

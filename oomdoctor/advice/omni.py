@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from oomdoctor.advice.context import MARGIN_MIN_GIB, Context
-from oomdoctor.budget import holders
-from oomdoctor.budget.formulas import GIB, round_down, round_up
+from oomdoctor.advice.context import Context
+from oomdoctor.budget import holders, targets
+from oomdoctor.budget.targets import MARGIN_MIN_GIB
 from oomdoctor.model import Action
 
 THINKER_FRACTION = "--thinker.engine.mem_fraction_static"
@@ -43,10 +43,10 @@ def thinker_kv(ctx: Context) -> list[Action]:
         f"(input + max_new_tokens)"
     )
     if bpt and pre and y is not None and missing:
-        need_gib = missing * bpt / GIB
+        need_gib = targets.kv_for_tokens(missing, bpt)
         stage = _stage_fraction(ctx)
         if stage is not None and b.capacity_gib:
-            new = round_up(stage + need_gib / b.capacity_gib + 0.01)
+            new = targets.thinker_budget_for(stage, need_gib, b.capacity_gib)
             out.append(
                 Action(
                     text=f"{lead}: {missing:,} tokens × {bpt:,} B = {need_gib:.2f} GiB more. Raise "
@@ -58,7 +58,7 @@ def thinker_kv(ctx: Context) -> list[Action]:
                 )
             )
         else:
-            new = round_up(y + need_gib / pre + 0.01)
+            new = targets.thinker_y_for(y, need_gib, pre)
             out.append(
                 Action(
                     text=f"{lead}: {missing:,} tokens × {bpt:,} B = {need_gib:.2f} GiB more. Set "
@@ -99,8 +99,7 @@ def colocated_budget(ctx: Context) -> list[Action]:
     if not all(isinstance(v, float) for v in (total, fraction, used)):
         return []
     assert isinstance(total, float) and isinstance(fraction, float) and isinstance(used, float)
-    floor = used / total
-    new = round_up(floor + max(2.0 / total, 0.02))
+    floor, new = targets.colocated_budget_floor(total, used)
     return [
         Action(
             text=f"The thinker's stage budget {fraction:.3f} × {total:.2f} GiB = "
@@ -172,11 +171,7 @@ def stage_fraction_action(ctx: Context, stage: str, pid: int, gib: float) -> lis
     y = next((f.num("mem_fraction_static") for f in facts if f.num("mem_fraction_static")), None)
     pre = next((f.num("pre_load_avail_mem") for f in facts if f.num("pre_load_avail_mem")), None)
     oom = ctx.primary.oom if ctx.primary else None
-    short = (
-        max(oom.requested_gib - oom.free_gib, 0.0)
-        if oom is not None and oom.requested_gib is not None and oom.free_gib is not None
-        else None
-    )
+    short = ctx.shortfall
     flag = f"--{stage}.engine.mem_fraction_static"
     where = f"GPU {oom.gpu}" if oom is not None and oom.gpu is not None else "this GPU"
     lead = (
@@ -184,7 +179,7 @@ def stage_fraction_action(ctx: Context, stage: str, pid: int, gib: float) -> lis
         "runs"
     )
     if y is not None and pre and short is not None:
-        new = round_down(y - (short + MARGIN_MIN_GIB) / pre)
+        new = targets.lower_stage_y(y, pre, short)
         return [
             Action(
                 text=f"{lead}: set {flag} {new:.2f} (today {y:.2f}), which leaves "

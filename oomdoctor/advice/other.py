@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from oomdoctor.advice.context import Context, halve
-from oomdoctor.advice.fraction import lower_action, raise_fraction
-from oomdoctor.budget.formulas import GIB, round_down, runtime_spare
+from oomdoctor.advice.sglang_fraction import lower_action, raise_fraction
+from oomdoctor.budget import targets
 from oomdoctor.model import Action
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
@@ -259,14 +259,13 @@ def _pressure_levers(ctx: Context) -> list[Action]:
 def _grow_pool(ctx: Context) -> Action | None:
     """Raise the fraction into the runtime headroom, keeping a spare part of it free."""
     b = ctx.sglang
-    if b.headroom_gib is None or not b.pre_gib or b.mem_fraction_static is None:
+    grow = targets.grow_into_headroom(b)
+    if grow is None or b.headroom_gib is None or b.mem_fraction_static is None:
         return None
-    spare = runtime_spare(b.headroom_gib)
-    dy = round_down(min(0.10, (b.headroom_gib - spare) / b.pre_gib))
-    if dy < 0.01:
-        return None
-    gained = dy * b.pre_gib
-    tokens = f" (+{int(gained * GIB // b.bytes_per_token):,} tokens)" if b.bytes_per_token else ""
+    dy, gained, spare = grow
+    tokens = (
+        f" (+{targets.tokens_in(gained, b.bytes_per_token):,} tokens)" if b.bytes_per_token else ""
+    )
     y = b.mem_fraction_static
     return Action(
         text=f"Or grow the pool into the runtime headroom: +{dy:.2f} on --mem-fraction-static "

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from oomdoctor.advice import fraction, omni, other, vllm
+from oomdoctor.advice import omni, other, vllm_other
+from oomdoctor.advice import sglang_fraction as fraction
+from oomdoctor.advice import vllm_fraction as vllm
 from oomdoctor.advice.context import Context
 from oomdoctor.knowledge import family
 from oomdoctor.model import Action
@@ -22,13 +24,16 @@ def _nothing(ctx: Context) -> list[Action]:
 
 REGISTRY: Mapping[str, Mapping[str, Generator]] = {
     "raise_mem_fraction": {"sglang": fraction.raise_fraction, "vllm": vllm.raise_utilization},
-    "weights_do_not_fit": {"sglang": fraction.weights_do_not_fit, "vllm": vllm.weights_do_not_fit},
+    "weights_do_not_fit": {
+        "sglang": fraction.weights_do_not_fit,
+        "vllm": vllm_other.weights_do_not_fit,
+    },
     "lower_mem_fraction": {"sglang": fraction.lower_fraction, "vllm": vllm.lower_utilization},
     "graph_capture": {"sglang": fraction.graph_capture, "vllm": vllm.graph_capture},
-    "free_gpu": {"sglang": other.free_gpu, "vllm": vllm.free_gpu},
-    "reserve_encoder": {"sglang": fraction.reserve_encoder, "vllm": vllm.reserve_encoder},
-    "kv_slots": {"sglang": other.kv_slots, "vllm": vllm.kv_slots},
-    "retraction": {"sglang": other.retraction, "vllm": vllm.preemption},
+    "free_gpu": {"sglang": other.free_gpu, "vllm": vllm_other.free_gpu},
+    "reserve_encoder": {"sglang": fraction.reserve_encoder, "vllm": vllm_other.reserve_encoder},
+    "kv_slots": {"sglang": other.kv_slots, "vllm": vllm_other.kv_slots},
+    "retraction": {"sglang": other.retraction, "vllm": vllm_other.preemption},
     "host_memory": {"any": other.host_memory},
     "gpu_fault": {"any": other.gpu_fault},
     "thinker_kv": {"any": omni.thinker_kv},
