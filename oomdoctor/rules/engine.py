@@ -11,6 +11,11 @@ from oomdoctor.rules.schema import Condition, Rule
 MAX_EVIDENCE_LINES = 8
 
 
+def _same(value: object, operand: object) -> bool:
+    """Equality that never takes a bool for a number (Python's True == 1 is not a rule's)."""
+    return isinstance(value, bool) == isinstance(operand, bool) and bool(value == operand)
+
+
 def _holds(cond: Condition, features: Mapping[str, Feature]) -> bool:
     feature = features.get(cond.key)
     value = feature.value if feature is not None else None
@@ -18,13 +23,13 @@ def _holds(cond: Condition, features: Mapping[str, Feature]) -> bool:
     if op == "truthy":
         return bool(value)
     if op == "eq":
-        return bool(value == operand)
+        return _same(value, operand)
     if op == "ne":
-        return bool(value != operand)
+        return not _same(value, operand)
     if op == "in":
-        return value in operand
+        return any(_same(value, item) for item in operand)
     if op == "not_in":
-        return value not in operand
+        return not any(_same(value, item) for item in operand)
     if op == "matches":
         if not isinstance(value, str):
             return False
