@@ -31,10 +31,21 @@ def test_every_kind_serves_both_engines(kind: str) -> None:
 
 def test_readme_lists_exactly_the_kinds() -> None:
     readme = (REPO / "README.md").read_text("utf-8")
-    start = readme.index("Advice kinds:")
+    start = readme.index("Advice kinds")
     paragraph = readme[start : readme.index("\n\n", start)]
     listed = re.findall(r"`([a-z_]+)`", paragraph)
     assert sorted(listed) == sorted(ADVICE_KINDS), paragraph
+
+
+def test_rules_advice_prints_the_table() -> None:
+    from click.testing import CliRunner
+
+    from oomdoctor.cli import cli
+
+    result = CliRunner().invoke(cli, ["rules", "advice"])
+    assert result.exit_code == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()]
+    assert names == list(ADVICE_KINDS)
 
 
 def test_shipped_rules_use_only_defined_kinds() -> None:

@@ -1,0 +1,135 @@
+"""What several commands share: exit codes, failing with a hint, loading the rules, writing output.
+
+Only ``click`` and the standard library are imported here at module level; the pipeline and the
+report modules are imported inside the functions that need them, so ``oomdoctor --help`` stays
+light.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+EXIT_OK = 0
+EXIT_OOM = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_INTERNAL = 70
+
+#: ``--rules DIR`` as watch, ``rules list`` and ``rules show`` take it.
+rules_option = click.option(
+    "--rules", "rule_dirs", multiple=True, metavar="DIR", help="Add the rules in DIR."
+)
+#: ``--no-redact`` as diagnose and watch take it.
+no_redact_option = click.option(
+    "--no-redact", is_flag=True, help="Do not mask API keys, tokens and passwords."
+)
+
+
+def fail(message: str, hint: str | None = None, code: int = EXIT_INPUT) -> NoReturn:
+    """Say what went wrong (and what to do) on stderr, and exit with ``code``."""
+    click.echo(f"oomdoctor: {message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    sys.exit(code)
+
+
+def load_rules(rule_dirs: tuple[str, ...]) -> Any:
+    """The built-in rules plus those in ``rule_dirs``."""
+    return load_rules_and_knowledge(rule_dirs)[0]
+
+
+def load_rules_and_knowledge(rule_dirs: tuple[str, ...]) -> tuple[Any, Any]:
+    """The rules and the knowledge tables (engine markers, site marks) of the built-in set plus
+    the user's directories; every problem in every file is reported before failing."""
+    from oomdoctor.knowledge import KnowledgeError
+    from oomdoctor.pipeline import load_knowledge
+    from oomdoctor.pipeline import load_rules as load_rule_files
+    from oomdoctor.rules.schema import RuleError
+
+    dirs = [Path(d) for d in rule_dirs]
+    problems: list[str] = []
+    rules = knowledge = None
+    try:
+        rules = load_rule_files(dirs)
+    except RuleError as exc:
+        problems.extend(exc.problems)
+    try:
+        knowledge = load_knowledge(dirs)
+    except KnowledgeError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        for problem in problems:
+            click.echo(f"oomdoctor: {problem}", err=True)
+        fail(
+            f"{len(problems)} problem(s) in rule files",
+            "each rule file is documented in README.md (Writing a rule); "
+            "`oomdoctor rules features` lists the names conditions can use",
+        )
+    return rules, knowledge
+
+
+def write_output(text: str, output: str | None) -> None:
+    """Write ``text`` to the file ``output``, or to stdout when it is None or ``-``."""
+    if output and output != "-":
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc.strerror or exc}")
+        return
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def terminal_width() -> int:
+    """The terminal's width in columns."""
+    import shutil  # only a terminal needs it (shutil pulls in the compression modules)
+
+    return shutil.get_terminal_size().columns
+
+
+def write_svg(data: dict[str, Any], svg: str | None) -> None:
+    """Draw the report's picture of the card into an SVG file and point the report at it."""
+    if not svg:
+        return
+    pic = data.get("picture")
+    if not pic:
+        click.echo("oomdoctor: no picture to draw: the log lacks the memory numbers", err=True)
+        return
+    from oomdoctor.report import picture
+
+    rows = [(f"now: --mem-fraction-static {pic['before']['y']:.2f}", pic["before"])]
+    if pic.get("after"):
+        rows.append((f"recommended: --mem-fraction-static {pic['after']['y']:.2f}", pic["after"]))
+    try:
+        Path(svg).write_text(picture.svg(rows), encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {svg}: {exc.strerror or exc}")
+    pic["svg"] = svg
+
+
+def emit_report(
+    diagnosis: Any, fmt: str, output: str | None, no_redact: bool, svg: str | None, stream: Any
+) -> None:
+    """Build, redact and render the report; write it to ``output`` or to ``stream``."""
+    from oomdoctor.report.build import build_report
+    from oomdoctor.report.redact import redact_report
+    from oomdoctor.report.render import render
+
+    data = build_report(diagnosis)
+    if not no_redact:
+        data = redact_report(data)
+    write_svg(data, svg)
+    to_terminal = not output and stream.isatty()
+    color = to_terminal and "NO_COLOR" not in os.environ
+    width = terminal_width() if to_terminal else 100
+    text = render(data, fmt, color=color, width=max(width, 60))
+    if output and output != "-":
+        write_output(text, output)
+    else:
+        stream.write(text)
+        stream.flush()

@@ -1,0 +1,201 @@
+"""``oomdoctor diagnose``: one incident from log files or standard input, and ``--follow``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from oomdoctor.cli.common import (
+    EXIT_OK,
+    EXIT_OOM,
+    EXIT_USAGE,
+    emit_report,
+    fail,
+    load_rules_and_knowledge,
+    no_redact_option,
+)
+from oomdoctor.cli.gpu_state import after_capture, capture_fields, gpu_state, live_snapshotter
+
+
+@click.command()
+@click.argument("logs", nargs=-1, metavar="[LOG ...|-]")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json"]),
+    default="text",
+    show_default=True,
+    help="Report format.",
+)
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Add the rules in DIR (repeatable).",
+)
+@no_redact_option
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when an OOM is diagnosed.")
+@click.option(
+    "--snapshot",
+    "snapshots",
+    multiple=True,
+    metavar="FILE",
+    help="GPU state saved on the GPU host: `oomdoctor snapshot` JSON, `nvidia-smi -q -x` XML, or "
+    "`nvidia-smi --query-compute-apps/--query-gpu ... --format=csv` (repeat to join two CSVs).",
+)
+@click.option("--no-gpu", is_flag=True, help="Do not read the GPU state (no live NVML snapshot).")
+@click.option(
+    "--cuda-visible-devices",
+    metavar="LIST",
+    help="The server's CUDA_VISIBLE_DEVICES, to map its ranks to GPUs in the snapshot.",
+)
+@click.option(
+    "--svg", metavar="FILE", help="Also draw the card (now and recommended) as an SVG file."
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Read standard input as it flows; take the GPU snapshot at the crash, report at the end.",
+)
+@click.option(
+    "--tee",
+    is_flag=True,
+    help="With --follow: copy the input to stdout unchanged (report to stderr).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "sglang", "vllm"]),
+    default="auto",
+    show_default=True,
+    help="The server that wrote the log (auto: detected from the log).",
+)
+def diagnose(
+    logs: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    rule_dirs: tuple[str, ...],
+    no_redact: bool,
+    exit_zero: bool,
+    snapshots: tuple[str, ...],
+    no_gpu: bool,
+    cuda_visible_devices: str | None,
+    svg: str | None,
+    follow: bool,
+    tee: bool,
+    engine: str,
+) -> None:
+    """Diagnose one incident from LOG files (several = one incident, e.g. one per rank).
+
+    With no LOG (or "-") the log is read from standard input:
+    `python -m sglang.launch_server ... 2>&1 | oomdoctor diagnose -`. Without --snapshot or
+    --no-gpu, the GPUs of this machine are read through NVML when it is available.
+    """
+    if snapshots and no_gpu:
+        fail("--snapshot and --no-gpu exclude each other", code=EXIT_USAGE)
+    if tee and not follow:
+        fail("--tee goes with --follow", code=EXIT_USAGE)
+    if follow and logs not in ((), ("-",)):
+        fail("--follow reads standard input: give no LOG, or -", code=EXIT_USAGE)
+    names = list(logs) or ["-"]
+    if "-" in names and sys.stdin.isatty() and not logs:
+        fail(
+            "no input: give a log file, or pipe the server's output in",
+            "oomdoctor diagnose server.log   or   ... 2>&1 | oomdoctor diagnose -",
+            EXIT_USAGE,
+        )
+    if names.count("-") > 1:
+        fail("standard input (-) can be read only once", code=EXIT_USAGE)
+    rules, knowledge = load_rules_and_knowledge(rule_dirs)
+
+    from oomdoctor import pipeline
+    from oomdoctor.model import OOM_CATEGORIES
+    from oomdoctor.read.sources import InputError
+
+    if follow:
+        _follow(
+            rules,
+            knowledge,
+            fmt,
+            output,
+            no_redact,
+            exit_zero,
+            snapshots,
+            no_gpu,
+            cuda_visible_devices,
+            svg,
+            tee,
+            engine,
+        )
+    from oomdoctor.read import progress
+
+    gpu = gpu_state(snapshots, no_gpu)
+    bar = progress.for_inputs(names)
+    try:
+        diagnosis = pipeline.run(
+            names,
+            rules,
+            stdin=sys.stdin.buffer,
+            progress=bar,
+            gpu=gpu,
+            cuda_visible_devices=cuda_visible_devices,
+            engine_override=None if engine == "auto" else engine,
+            knowledge=knowledge,
+        )
+    except InputError as exc:
+        fail(str(exc), "give a readable log file, a .gz file, or - for standard input")
+    finally:
+        if bar is not None:
+            bar.close()
+    emit_report(diagnosis, fmt, output, no_redact, svg, sys.stdout)
+    oom = diagnosis.verdict.category in OOM_CATEGORIES
+    sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
+
+
+def _follow(
+    rules: Any,
+    knowledge: Any,
+    fmt: str,
+    output: str | None,
+    no_redact: bool,
+    exit_zero: bool,
+    snapshots: tuple[str, ...],
+    no_gpu: bool,
+    cuda_visible_devices: str | None,
+    svg: str | None,
+    tee: bool,
+    engine: str = "auto",
+) -> None:
+    """`diagnose --follow -`: parse a pipe as it flows, snapshot at the crash, report at EOF."""
+    from oomdoctor import pipeline
+    from oomdoctor.cli.supervise import Capture
+    from oomdoctor.model import OOM_CATEGORIES
+
+    capture = Capture(live_snapshotter(no_gpu, snapshots))
+    parser = pipeline.stream_parser(rules, "<stdin>", capture.crashed, knowledge)
+    fd = sys.stdin.fileno()
+    out = sys.stdout.fileno()
+    while True:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        if tee:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view) :]
+        parser.feed(data)
+    parser.close()
+    capture.wait()
+    gpu = after_capture(capture, snapshots, no_gpu)
+    diagnosis = pipeline.diagnose(
+        parser.incident(), rules, gpu, cuda_visible_devices, None if engine == "auto" else engine
+    )
+    diagnosis = diagnosis._replace(capture=capture_fields(capture))
+    emit_report(diagnosis, fmt, output, no_redact, svg, sys.stderr if tee else sys.stdout)
+    oom = diagnosis.verdict.category in OOM_CATEGORIES
+    sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)

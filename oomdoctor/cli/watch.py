@@ -1,0 +1,110 @@
+"""``oomdoctor watch -- COMMAND``: run the server, pass its output through, diagnose a crash.
+
+The subprocess handling (process group, signals, the hang timer) lives in
+:mod:`oomdoctor.cli.supervise`; this module is the command around it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from oomdoctor.cli.common import (
+    EXIT_USAGE,
+    emit_report,
+    fail,
+    load_rules_and_knowledge,
+    no_redact_option,
+    rules_option,
+)
+from oomdoctor.cli.gpu_state import after_capture, capture_fields, live_snapshotter
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--log", "log_path", metavar="FILE", help="Also append the server's output to FILE.")
+@click.option("-o", "--output", metavar="REPORT", help="Also write the report to REPORT.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json"]),
+    default="text",
+    show_default=True,
+    help="Format of the REPORT file (the summary on stderr is always text).",
+)
+@click.option("--always", is_flag=True, help="Report even when the server exits cleanly.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds after a crash line before a server that hangs is diagnosed anyway.",
+)
+@click.option("--no-gpu", is_flag=True, help="Do not read the GPU state at the crash.")
+@rules_option
+@no_redact_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def watch(
+    log_path: str | None,
+    output: str | None,
+    fmt: str,
+    always: bool,
+    grace: float,
+    no_gpu: bool,
+    rule_dirs: tuple[str, ...],
+    no_redact: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND (after --), pass its output through unchanged, diagnose if it crashes.
+
+    oomdoctor watch --log server.log -- python -m sglang.launch_server --model-path ...
+
+    The GPU snapshot is taken the moment a crash line appears. Exits with the server's status
+    (128+N when a signal N ended it); SIGINT/SIGTERM/SIGHUP go to the server's process group.
+    """
+    from oomdoctor import pipeline
+    from oomdoctor.cli.supervise import Capture, run
+
+    args = list(command)
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        fail(
+            "no command to run", "oomdoctor watch -- python -m sglang.launch_server ...", EXIT_USAGE
+        )
+    rules, knowledge = load_rules_and_knowledge(rule_dirs)
+    capture = Capture(live_snapshotter(no_gpu, ()))
+    parser = pipeline.stream_parser(
+        rules, log_path or "<server output>", capture.crashed, knowledge
+    )
+    log = None
+    if log_path:
+        try:
+            log = Path(log_path).open("ab")  # noqa: SIM115 - closed below, after the child ends
+        except OSError as exc:
+            fail(f"cannot open {log_path}: {exc.strerror or exc}")
+    reported = False
+
+    def report_now() -> None:
+        nonlocal reported
+        diagnosis = pipeline.diagnose(parser.incident(), rules, after_capture(capture, (), no_gpu))
+        diagnosis = diagnosis._replace(capture=capture_fields(capture))
+        sys.stderr.write("\n-- oomdoctor --\n")
+        emit_report(diagnosis, "text", None, no_redact, None, sys.stderr)
+        if output:
+            emit_report(diagnosis, fmt, output, no_redact, None, sys.stderr)
+        reported = True
+
+    try:
+        result = run(args, parser, capture, log=log, grace_s=grace, on_hang=report_now)
+    except FileNotFoundError:
+        fail(f"cannot run {args[0]!r}: no such command", code=127)
+    except PermissionError:
+        fail(f"cannot run {args[0]!r}: permission denied", code=126)
+    finally:
+        if log is not None:
+            log.close()
+    if not reported and (capture.crash_line is not None or result.status != 0 or always):
+        report_now()
+    sys.exit(result.status)
