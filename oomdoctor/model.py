@@ -13,14 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
-
-from oomdoctor.incident.timeline import Timeline
-
-if TYPE_CHECKING:
-    from oomdoctor.budget.oom import OomJudgement
-    from oomdoctor.gpu.view import GpuView
-    from oomdoctor.rules.schema import Rule
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 _TP_RANK = re.compile(r"\bTP(\d+)\b")
 
@@ -173,6 +166,30 @@ class VersionGuess(NamedTuple):
         return f"{self.low}–{self.high}"
 
 
+class Point(NamedTuple):
+    start: str  # timestamp of the first stats line in the bucket
+    usage: float  # the highest token usage in the bucket
+    running: int
+    queued: int
+    retractions: int
+
+
+class Timeline(NamedTuple):
+    points: tuple[Point, ...] = ()
+    first_ts: str | None = None
+    last_ts: str | None = None
+    span_s: float | None = None
+    seconds_high: float = 0.0  # time with token usage ≥ HIGH_USAGE
+    peak_usage: float | None = None
+    retractions: int = 0
+
+    @property
+    def retractions_per_hour(self) -> float | None:
+        if not self.span_s or self.span_s < 600 or not self.retractions:
+            return None
+        return self.retractions / (self.span_s / 3600)
+
+
 class StatsSummary(NamedTuple):
     """What the periodic Prefill/Decode batch lines say (bounded: counts, peaks, the last ones)."""
 
@@ -186,6 +203,7 @@ class StatsSummary(NamedTuple):
     first_retraction: Line | None = None
     last_retraction: Line | None = None
     timeline: Timeline = Timeline()
+    retraction_rate: float | None = None  # per hour, first to last retraction
 
 
 class Incident(NamedTuple):
@@ -329,18 +347,6 @@ class VllmBudget(NamedTuple):
 Budget: TypeAlias = SglangBudget | VllmBudget
 
 
-class Evidence(NamedTuple):
-    line: Line
-    note: str | None = None
-
-
-class Finding(NamedTuple):
-    """A rule that fired, with the lines that made it fire."""
-
-    rule: Rule
-    evidence: tuple[Evidence, ...]
-
-
 class Action(NamedTuple):
     """One thing to change; flag actions carry the current and the computed value."""
 
@@ -358,17 +364,3 @@ class Verdict(NamedTuple):
     summary: str
     rule: str | None = None
     explanation: Mapping[str, str] = EMPTY  # what/why/remedy from the rule
-
-
-class Diagnosis(NamedTuple):
-    """The whole result handed to a reporter."""
-
-    verdict: Verdict
-    actions: tuple[Action, ...]
-    findings: tuple[Finding, ...]
-    budget: Budget
-    incident: Incident
-    notices: tuple[str, ...]
-    gpu: GpuView | None = None  # None: not asked for (--no-gpu)
-    capture: Mapping[str, Scalar] | None = None  # live runs: when the crash and snapshot happened
-    oom: OomJudgement | None = None  # the failed allocation's numbers, judged (budget.oom)

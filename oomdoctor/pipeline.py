@@ -16,12 +16,13 @@ from oomdoctor.advice.registry import actions as advise
 from oomdoctor.budget import holders, oom
 from oomdoctor.budget.formulas import GIB
 from oomdoctor.budget.oom import OomJudgement
+from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.extract.facts import Extractor, MarkerMatcher, Matcher, SignatureMatcher
 from oomdoctor.extract.signatures import ALL as SIGNATURES
 from oomdoctor.incident.assemble import Assembler
 from oomdoctor.incident.feed import Feeder
 from oomdoctor.knowledge import Knowledge, builtin, family
-from oomdoctor.model import Budget, Diagnosis, Failure, Incident, Line
+from oomdoctor.model import Budget, Failure, Incident, Line
 from oomdoctor.read import parallel
 from oomdoctor.read.sources import ReadStats, iter_blocks, open_source
 from oomdoctor.rules import engine, features, verdict
@@ -168,7 +169,7 @@ def judge(
     primary = incident.primary
     bud = budget.build(incident, primary, _capacity(gpu))
     view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
-    server = holders.server_pids(view)
+    server = view.server_pids if view is not None else frozenset()
     return Judged(bud, view, oom.judge(incident, bud, primary, server))
 
 
@@ -178,6 +179,18 @@ def features_of(
     """The features rules see, for one incident and GPU state (``rules test`` uses this)."""
     judged = judge(incident, gpu, cuda_visible_devices)
     return features.compute(incident, judged.budget, judged.oom, judged.gpu)
+
+
+def fixture_features(
+    rules: Sequence[Rule], knowledge: Knowledge | None = None
+) -> Callable[[Path, GpuState], dict[str, features.Feature]]:
+    """What ``rules test`` runs on each fixture: read the log with every rule's patterns, then
+    the features for the given GPU state."""
+
+    def run(log: Path, gpu: GpuState) -> dict[str, features.Feature]:
+        return features_of(read([str(log)], rules, knowledge=knowledge), gpu)
+
+    return run
 
 
 def _capacity(gpu: GpuState) -> float | None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import pipeline
+from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.gpu.loaders import load
-from oomdoctor.model import Diagnosis
 from oomdoctor.report.build import build_report
 from oomdoctor.rules.schema import Rule
 

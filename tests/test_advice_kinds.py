@@ -1,4 +1,4 @@
-"""The advice kinds are defined once (oomdoctor/advice/kinds.py); everything else agrees with it:
+"""The advice kinds are defined once (rules/schema.py ADVICE_KINDS); everything else agrees with it:
 the registry, the rule loader's validation, the shipped rules and the README."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import pipeline
-from oomdoctor.advice.kinds import ADVICE_KINDS
 from oomdoctor.advice.registry import REGISTRY
 from oomdoctor.rules.loader import load
-from oomdoctor.rules.schema import RuleError
+from oomdoctor.rules.schema import ADVICE_KINDS, RuleError
 from tests.conftest import REPO
 
 ENGINES = {"sglang", "vllm", "any"}

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from oomdoctor import pipeline
+from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.gpu.loaders import load
-from oomdoctor.model import Diagnosis
 from oomdoctor.report.build import build_report
 from tests.conftest import FIXTURES, SIDECARS, fixture_snapshots, load_toml
 from tests.conftest import fixture_log as _log

@@ -25,7 +25,7 @@ CASES = [(r, "fire", f) for r in BUILTIN for f in r.fire] + [
     ],
 )
 def test_rule_on_its_fixture(rule: Rule, expect: str, fixture: FixtureRef) -> None:
-    result = check(rule, fixture, expect, BUILTIN)
+    result = check(rule, fixture, expect, pipeline.fixture_features(BUILTIN))
     assert result.ok, result.detail
 
 

@@ -13,11 +13,11 @@ import pytest
 import regex
 
 from oomdoctor import pipeline
-from oomdoctor.model import Finding, Line, SglangBudget
+from oomdoctor.model import Line, SglangBudget
 from oomdoctor.rules import engine, verdict
 from oomdoctor.rules.engine import MAX_EVIDENCE_LINES, evaluate, fires
 from oomdoctor.rules.features import Feature
-from oomdoctor.rules.schema import Condition, Rule
+from oomdoctor.rules.schema import Condition, Finding, Rule
 
 
 def _line(seq: int) -> Line:

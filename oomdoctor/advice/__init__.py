@@ -1,3 +1,3 @@
 """Stage 6, advice: actions with computed values, in the terms of the engine that printed the
-log. kinds.py names the advice kinds rules can ask for; registry.py maps each kind and engine to
-its generator; context.py is what every generator reads."""
+log. registry.py maps each advice kind a rule can name (rules/schema.py ADVICE_KINDS) and engine
+to its generator; context.py is what every generator reads."""

@@ -1,4 +1,4 @@
-"""One registry: advice kind (advice/kinds.py) × engine → the generator of its actions.
+"""One registry: advice kind (rules/schema.py ADVICE_KINDS) × engine → the generator of its actions.
 
 `any` serves both engines; an engine's own entry wins. When the log cannot tell SGLang from
 vLLM, both engines' actions are given, each labelled.

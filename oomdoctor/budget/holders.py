@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from oomdoctor.model import Holder, Incident, OomMessage
-
-if TYPE_CHECKING:
-    from oomdoctor.gpu.view import GpuView
 
 #: Non-PyTorch memory of a serving process: CUDA context, NCCL/cuBLAS workspaces, graphs (GiB).
 MAX_NON_PYTORCH_GIB = 6.0
@@ -140,13 +137,6 @@ def _self_match(oom: OomMessage) -> int | None:
         if abs(oom.total_gib - oom.free_gib - gib) <= 1.5:
             return pid
     return None
-
-
-def server_pids(gpu: GpuView | None) -> frozenset[int]:
-    """PIDs the snapshot shows as this server's own processes."""
-    if gpu is None:
-        return frozenset()
-    return frozenset(h.pid for h in gpu.holders if h.role == "server")
 
 
 def sibling_pids(incident: Incident) -> dict[int, str]:

@@ -81,12 +81,13 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
 @click.argument("rule_dir", required=False, type=click.Path(file_okay=False))
 def rules_test(rule_dir: str | None) -> None:
     """Check every rule (built-in, plus DIR's) fires on its fixtures and stays silent on its confusers."""
+    from oomdoctor.pipeline import fixture_features
     from oomdoctor.rules.selftest import check_rules
 
     loaded, knowledge = load_rules_and_knowledge((rule_dir,) if rule_dir else ())
     selected = [r for r in loaded if rule_dir is None or Path(rule_dir).resolve() in r.path.parents]
     failures = 0
-    for result in check_rules(selected, loaded, knowledge):
+    for result in check_rules(selected, fixture_features(loaded, knowledge)):
         status = "ok  " if result.ok else "FAIL"
         failures += not result.ok
         click.echo(f"{status} {result.rule:<28} {result.expect:<6} {result.fixture}")
@@ -127,7 +128,7 @@ def rules_features() -> None:
 @rules.command("advice")
 def rules_advice() -> None:
     """The advice kinds a rule's `advice` key can name."""
-    from oomdoctor.advice.kinds import ADVICE_KINDS
+    from oomdoctor.rules.schema import ADVICE_KINDS
 
     for name, doc in ADVICE_KINDS.items():
         click.echo(f"{name:<20} {doc}")

@@ -47,6 +47,11 @@ class GpuView(NamedTuple):
     def foreign(self) -> tuple[GpuHolder, ...]:
         return tuple(h for h in self.holders if h.role == "foreign")
 
+    @property
+    def server_pids(self) -> frozenset[int]:
+        """PIDs the snapshot shows as this server's own processes."""
+        return frozenset(h.pid for h in self.holders if h.role == "server")
+
 
 def unavailable(reason: Unavailable) -> GpuView:
     note = f"GPU state not available: {reason.reason}" + (

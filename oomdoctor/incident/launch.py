@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from oomdoctor.incident.timeline import TimelineBuilder
+from oomdoctor.incident.timeline import TimelineBuilder, rate_per_hour
 from oomdoctor.model import (
     Fact,
     Failure,
@@ -138,6 +138,11 @@ class StatsAcc:
             first_retraction=self.first_retraction,
             last_retraction=self.last_retraction,
             timeline=self.timeline.build(),
+            retraction_rate=rate_per_hour(
+                self.retractions,
+                self.first_retraction.ts if self.first_retraction else None,
+                self.last_retraction.ts if self.last_retraction else None,
+            ),
         )
 
 

@@ -7,7 +7,8 @@ then covers twice the time), so any log length gives the same small summary.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NamedTuple
+
+from oomdoctor.model import Point, Timeline
 
 MAX_POINTS = 240
 #: A gap longer than this between stats lines is idle time, not time at high usage.
@@ -15,28 +16,18 @@ MAX_STEP_S = 600.0
 HIGH_USAGE = 0.95
 
 
-class Point(NamedTuple):
-    start: str  # timestamp of the first stats line in the bucket
-    usage: float  # the highest token usage in the bucket
-    running: int
-    queued: int
-    retractions: int
+#: A rate over less time than this says little (two retractions a minute apart are not 120/hour).
+MIN_RATE_SPAN_S = 600.0
 
 
-class Timeline(NamedTuple):
-    points: tuple[Point, ...] = ()
-    first_ts: str | None = None
-    last_ts: str | None = None
-    span_s: float | None = None
-    seconds_high: float = 0.0  # time with token usage ≥ HIGH_USAGE
-    peak_usage: float | None = None
-    retractions: int = 0
-
-    @property
-    def retractions_per_hour(self) -> float | None:
-        if not self.span_s or self.span_s < 600 or not self.retractions:
-            return None
-        return self.retractions / (self.span_s / 3600)
+def rate_per_hour(count: int, first_ts: str | None, last_ts: str | None) -> float | None:
+    """``count`` events between two timestamps, per hour (None over less than MIN_RATE_SPAN_S)."""
+    if count < 2:
+        return None
+    a, b = parse_ts(first_ts), parse_ts(last_ts)
+    if a is None or b is None or (b - a).total_seconds() < MIN_RATE_SPAN_S:
+        return None
+    return count / ((b - a).total_seconds() / 3600)
 
 
 def parse_ts(ts: str | None) -> datetime | None:

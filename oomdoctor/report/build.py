@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from oomdoctor import __version__
+from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.knowledge import family
-from oomdoctor.model import Budget, Diagnosis, Failure, Line, SglangBudget, VllmBudget, Window
+from oomdoctor.model import Budget, Failure, Line, SglangBudget, VllmBudget, Window
 from oomdoctor.report import picture
 
 if TYPE_CHECKING:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from oomdoctor.model import Evidence, Finding, Line
+from oomdoctor.model import Line
 from oomdoctor.rules.features import Feature
-from oomdoctor.rules.schema import Condition, Rule
+from oomdoctor.rules.schema import Condition, Evidence, Finding, Rule
 
 MAX_EVIDENCE_LINES = 8
 

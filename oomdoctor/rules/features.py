@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from oomdoctor.budget import as_sglang
 from oomdoctor.budget.costs import start_gap, start_gap_explains
 from oomdoctor.incident import sites
-from oomdoctor.incident.timeline import parse_ts
 from oomdoctor.knowledge import family
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
 
@@ -187,7 +186,7 @@ def compute(
     put("retraction.count", stats.retractions, stats.first_retraction, stats.last_retraction)
     put(
         "retraction.per_hour",
-        _per_hour(stats.retractions, stats.first_retraction, stats.last_retraction),
+        stats.retraction_rate,
     )
     t = stats.timeline
     put(
@@ -380,16 +379,3 @@ def _budget_lines(incident: Incident) -> tuple[Line, ...]:
     if incident.server_args_line is not None:
         out.insert(0, incident.server_args_line)
     return tuple(out)
-
-
-#: A rate over less time than this says little (two retractions a minute apart are not 120/hour).
-MIN_RATE_SPAN_S = 600.0
-
-
-def _per_hour(count: int, first: Line | None, last: Line | None) -> float | None:
-    if count < 2 or first is None or last is None:
-        return None
-    a, b = parse_ts(first.ts), parse_ts(last.ts)
-    if a is None or b is None or (b - a).total_seconds() < MIN_RATE_SPAN_S:
-        return None
-    return count / ((b - a).total_seconds() / 3600)

@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from oomdoctor.advice.kinds import ADVICE_KINDS
 from oomdoctor.knowledge import RESERVED_FILES
 from oomdoctor.model import CATEGORIES
 from oomdoctor.rules.features import FEATURE_DOCS
 from oomdoctor.rules.schema import (
+    ADVICE_KINDS,
     DOC_KEYS,
     ID,
     OPS,

@@ -1,18 +1,23 @@
-"""Run each rule against its own fixtures: it must fire on `fire` and stay silent on `silent`."""
+"""Run each rule against its own fixtures: it must fire on `fire` and stay silent on `silent`.
+
+The features of a fixture come from the caller (pipeline.fixture_features), so this module sits
+below the pipeline it tests.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
 
-from oomdoctor import pipeline
 from oomdoctor.gpu.loaders import load
 from oomdoctor.gpu.snapshot import SnapshotError
 from oomdoctor.rules import engine
+from oomdoctor.rules.features import Feature
 from oomdoctor.rules.schema import FixtureRef, Rule
 
-if TYPE_CHECKING:
-    from oomdoctor.knowledge import Knowledge
+#: A fixture log and its GPU state (a snapshot or None) → the features rules see.
+FeaturesOf = Callable[[Path, Any], Mapping[str, Feature]]
 
 
 class RuleCheck(NamedTuple):
@@ -23,13 +28,7 @@ class RuleCheck(NamedTuple):
     detail: str
 
 
-def check(
-    rule: Rule,
-    fixture: FixtureRef,
-    expect: str,
-    all_rules: Sequence[Rule],
-    knowledge: Knowledge | None = None,
-) -> RuleCheck:
+def check(rule: Rule, fixture: FixtureRef, expect: str, features_of: FeaturesOf) -> RuleCheck:
     missing = [p for p in (fixture.log, *fixture.snapshots) if not p.is_file()]
     if missing:
         return RuleCheck(rule.id, expect, fixture, False, f"no such fixture file {missing[0]}")
@@ -37,8 +36,7 @@ def check(
         gpu = load(list(fixture.snapshots)) if fixture.snapshots else None
     except SnapshotError as exc:
         return RuleCheck(rule.id, expect, fixture, False, f"bad snapshot: {exc}")
-    incident = pipeline.read([str(fixture.log)], all_rules, knowledge=knowledge)
-    feats = pipeline.features_of(incident, gpu)
+    feats = features_of(fixture.log, gpu)
     fired = engine.fires(rule, feats)
     ok = fired == (expect == "fire")
     detail = ""
@@ -49,11 +47,9 @@ def check(
     return RuleCheck(rule.id, expect, fixture, ok, detail)
 
 
-def check_rules(
-    rules: Sequence[Rule], all_rules: Sequence[Rule], knowledge: Knowledge | None = None
-) -> Iterator[RuleCheck]:
+def check_rules(rules: Sequence[Rule], features_of: FeaturesOf) -> Iterator[RuleCheck]:
     for rule in rules:
         for fixture in rule.fire:
-            yield check(rule, fixture, "fire", all_rules, knowledge)
+            yield check(rule, fixture, "fire", features_of)
         for fixture in rule.silent:
-            yield check(rule, fixture, "silent", all_rules, knowledge)
+            yield check(rule, fixture, "silent", features_of)

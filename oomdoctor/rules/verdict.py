@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from oomdoctor.budget.formulas import omni_stage_kv
 from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS
-from oomdoctor.model import Budget, Failure, Finding, Incident, SglangBudget, Verdict, VllmBudget
-from oomdoctor.rules.schema import Rule
+from oomdoctor.model import Budget, Failure, Incident, SglangBudget, Verdict, VllmBudget
+from oomdoctor.rules.schema import Finding, Rule
 from oomdoctor.units import size
 
 #: A runner-up of another category this close in priority makes the verdict less certain.
