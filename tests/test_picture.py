@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from oomdoctor.budget.card import Surroundings, card_at
 from oomdoctor.model import SglangBudget
 from oomdoctor.report import picture
 from oomdoctor.report.render import render
@@ -21,14 +22,14 @@ def _gib(seg: dict, key: str) -> float | None:
 
 
 def test_parts_add_up_to_the_card() -> None:
-    seg = picture.segments(B, 0.85, 79.65, 79.65 - 78.0, None)
+    seg = picture.segments(card_at(B, 0.85, Surroundings(79.65, 79.65 - 78.0, None)))
     assert seg is not None
     assert _gib(seg, "kv") == pytest.approx(6.3) and _gib(seg, "dynamic") == pytest.approx(11.7)
     assert sum(p["gib"] for p in seg["parts"]) == pytest.approx(79.65, abs=0.02)
 
 
 def test_negative_pool_is_a_shortfall_not_a_negative_bar() -> None:
-    seg = picture.segments(B, 0.70, 79.65, 1.65, None)
+    seg = picture.segments(card_at(B, 0.70, Surroundings(79.65, 1.65, None)))
     assert seg is not None and seg["kv_shortfall_gib"] == pytest.approx(5.4)
     assert _gib(seg, "kv") == 0.0
     assert "KV short by 5.40 GiB" in picture.text_bar(seg)
@@ -36,18 +37,18 @@ def test_negative_pool_is_a_shortfall_not_a_negative_bar() -> None:
 
 
 def test_unknown_card_is_unknown_not_zero() -> None:
-    seg = picture.segments(B, 0.85, None, None, None)
+    seg = picture.segments(card_at(B, 0.85, Surroundings(None, None, None)))
     assert seg is not None and _gib(seg, "held") is None
     assert "held before loading (CUDA context, other processes) unknown" in picture.text_bar(seg)
     assert picture.mermaid(seg, "x") is None
 
 
 def test_no_numbers_no_picture() -> None:
-    assert picture.segments(SglangBudget(), 0.8, 80.0, 1.0, None) is None
+    assert picture.segments(card_at(SglangBudget(), 0.8, Surroundings(80.0, 1.0, None))) is None
 
 
 def test_svg_is_well_formed() -> None:
-    seg = picture.segments(B, 0.85, 79.65, 1.65, None)
+    seg = picture.segments(card_at(B, 0.85, Surroundings(79.65, 1.65, None)))
     assert seg is not None
     root = ET.fromstring(picture.svg([("now", seg), ("after", seg)]))
     rects = root.findall("{http://www.w3.org/2000/svg}rect")

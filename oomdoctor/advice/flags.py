@@ -9,7 +9,8 @@ neither list.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 SGLANG_ONLY: tuple[str, ...] = (
     "--mem-fraction-static",
@@ -44,7 +45,9 @@ VLLM_ONLY: tuple[str, ...] = (
     "--max-seq-len-to-capture",
     "--mm-processor-kwargs",
 )
-FOREIGN: dict[str, tuple[str, ...]] = {"sglang": VLLM_ONLY, "vllm": SGLANG_ONLY}
+FOREIGN: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"sglang": VLLM_ONLY, "vllm": SGLANG_ONLY}
+)
 
 
 def _pattern(flags: Iterable[str]) -> re.Pattern[str]:
@@ -52,7 +55,7 @@ def _pattern(flags: Iterable[str]) -> re.Pattern[str]:
     return re.compile(r"(?<![\w-])(?:" + "|".join(re.escape(f) for f in words) + r")(?![\w-])")
 
 
-_FOREIGN_RE = {family: _pattern(flags) for family, flags in FOREIGN.items()}
+_FOREIGN_RE = MappingProxyType({family: _pattern(flags) for family, flags in FOREIGN.items()})
 
 
 def foreign_flags(family: str, text: str) -> list[str]:

@@ -7,6 +7,7 @@ vLLM, both engines' actions are given, each labelled.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from oomdoctor.advice import omni, other, vllm_other
 from oomdoctor.advice import sglang_fraction as fraction
@@ -22,26 +23,28 @@ def _nothing(ctx: Context) -> list[Action]:
     return []
 
 
-REGISTRY: Mapping[str, Mapping[str, Generator]] = {
-    "raise_mem_fraction": {"sglang": fraction.raise_fraction, "vllm": vllm.raise_utilization},
-    "weights_do_not_fit": {
-        "sglang": fraction.weights_do_not_fit,
-        "vllm": vllm_other.weights_do_not_fit,
-    },
-    "lower_mem_fraction": {"sglang": fraction.lower_fraction, "vllm": vllm.lower_utilization},
-    "graph_capture": {"sglang": fraction.graph_capture, "vllm": vllm.graph_capture},
-    "free_gpu": {"sglang": other.free_gpu, "vllm": vllm_other.free_gpu},
-    "reserve_encoder": {"sglang": fraction.reserve_encoder, "vllm": vllm_other.reserve_encoder},
-    "kv_slots": {"sglang": other.kv_slots, "vllm": vllm_other.kv_slots},
-    "retraction": {"sglang": other.retraction, "vllm": vllm_other.preemption},
-    "host_memory": {"any": other.host_memory},
-    "gpu_fault": {"any": other.gpu_fault},
-    "thinker_kv": {"any": omni.thinker_kv},
-    "omni_placement": {"any": omni.placement},
-    "remedy": {"any": other.remedy},
-    "oversized": {"any": other.oversized},
-    "none": {"any": _nothing},
-}
+REGISTRY: Mapping[str, Mapping[str, Generator]] = MappingProxyType(
+    {
+        "raise_mem_fraction": {"sglang": fraction.raise_fraction, "vllm": vllm.raise_utilization},
+        "weights_do_not_fit": {
+            "sglang": fraction.weights_do_not_fit,
+            "vllm": vllm_other.weights_do_not_fit,
+        },
+        "lower_mem_fraction": {"sglang": fraction.lower_fraction, "vllm": vllm.lower_utilization},
+        "graph_capture": {"sglang": fraction.graph_capture, "vllm": vllm.graph_capture},
+        "free_gpu": {"sglang": other.free_gpu, "vllm": vllm_other.free_gpu},
+        "reserve_encoder": {"sglang": fraction.reserve_encoder, "vllm": vllm_other.reserve_encoder},
+        "kv_slots": {"sglang": other.kv_slots, "vllm": vllm_other.kv_slots},
+        "retraction": {"sglang": other.retraction, "vllm": vllm_other.preemption},
+        "host_memory": {"any": other.host_memory},
+        "gpu_fault": {"any": other.gpu_fault},
+        "thinker_kv": {"any": omni.thinker_kv},
+        "omni_placement": {"any": omni.placement},
+        "remedy": {"any": other.remedy},
+        "oversized": {"any": other.oversized},
+        "none": {"any": _nothing},
+    }
+)
 
 
 def generator(kind: str, engine: str) -> Generator:

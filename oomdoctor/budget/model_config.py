@@ -10,20 +10,23 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
-DTYPE_BYTES = {
-    "float32": 4.0,
-    "float": 4.0,
-    "bfloat16": 2.0,
-    "float16": 2.0,
-    "half": 2.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "fp8": 1.0,
-    "float8_e4m3fn": 1.0,
-    "fp4_e2m1": 0.5,
-}
+DTYPE_BYTES = MappingProxyType(
+    {
+        "float32": 4.0,
+        "float": 4.0,
+        "bfloat16": 2.0,
+        "float16": 2.0,
+        "half": 2.0,
+        "fp8_e4m3": 1.0,
+        "fp8_e5m2": 1.0,
+        "fp8": 1.0,
+        "float8_e4m3fn": 1.0,
+        "fp4_e2m1": 0.5,
+    }
+)
 #: SGLang models whose sliding-window layers get the smaller hybrid SWA pool (0.5.10+).
 SWA_POOL_MODELS = frozenset({"gemma3", "gemma3_text", "llama4", "gpt_oss", "mimo_v2_flash"})
 MLA_MODELS = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"})

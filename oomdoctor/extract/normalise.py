@@ -8,6 +8,7 @@ SGLang Omni, vLLM, Python's default). Outer ones are peeled repeatedly, the inne
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 from typing import NamedTuple
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-B]")
@@ -76,7 +77,7 @@ _ASCEND = re.compile(
 )
 #: A vLLM header whose start was cut off in a paste: `[multiproc_executor.py:492] msg`.
 _VLLM_CUT = re.compile(r"^\[(?P<src>[\w.\-]+\.py:\d+)\] ")
-_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
+_LEVELS = MappingProxyType({"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"})
 #: Loggers that make an Omni-format line an SGLang (Omni) line.
 _SGLANG_LOGGERS = ("sglang_omni", "stage_workers", "sglang.")
 _TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(-?\d+)")

@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from types import MappingProxyType
 
 from oomdoctor.model import OomMessage
 
 _SIZE = r"(?P<{name}>\d+(?:\.\d+)?) ?(?P<{name}_u>bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB)"
-_UNITS = {
-    "bytes": 1 / 2**30,
-    "B": 1 / 2**30,
-    "KiB": 1 / 2**20,
-    "KB": 1 / 2**20,
-    "MiB": 1 / 2**10,
-    "MB": 1 / 2**10,
-    "GiB": 1.0,
-    "GB": 1.0,
-    "TiB": 2**10,
-}
+_UNITS = MappingProxyType(
+    {
+        "bytes": 1 / 2**30,
+        "B": 1 / 2**30,
+        "KiB": 1 / 2**20,
+        "KB": 1 / 2**20,
+        "MiB": 1 / 2**10,
+        "MB": 1 / 2**10,
+        "GiB": 1.0,
+        "GB": 1.0,
+        "TiB": 2**10,
+    }
+)
 
 
 def _size(name: str) -> str:

@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 from oomdoctor.gpu.snapshot import Device, Process, Snapshot, SnapshotError, from_json, norm_bus_id
 
@@ -21,7 +22,7 @@ MIB = 1 << 20
 MAX_SNAPSHOT_BYTES = 64 << 20
 _BUS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(MiB|GiB|KiB|B)?\s*$")
-_UNIT = {"B": 1, "KiB": 1 << 10, "MiB": MIB, "GiB": 1 << 30, None: MIB}
+_UNIT = MappingProxyType({"B": 1, "KiB": 1 << 10, "MiB": MIB, "GiB": 1 << 30, None: MIB})
 
 
 def load(paths: Sequence[Path]) -> Snapshot:
@@ -149,27 +150,31 @@ def parse_xml(text: str) -> Snapshot:
 
 # -- nvidia-smi --query-*=... --format=csv -----------------------------------------------------
 
-_APP_FIELDS = {
-    "gpu_uuid": "uuid",
-    "gpu_bus_id": "bus",
-    "pid": "pid",
-    "process_name": "name",
-    "name": "name",
-    "used_gpu_memory": "used",
-    "used_memory": "used",
-    "gpu_name": "gpu_name",
-    "timestamp": "timestamp",
-}
-_GPU_FIELDS = {
-    "index": "index",
-    "uuid": "uuid",
-    "pci.bus_id": "bus",
-    "name": "name",
-    "memory.total": "total",
-    "memory.used": "used",
-    "memory.free": "free",
-    "memory.reserved": "reserved",
-}
+_APP_FIELDS = MappingProxyType(
+    {
+        "gpu_uuid": "uuid",
+        "gpu_bus_id": "bus",
+        "pid": "pid",
+        "process_name": "name",
+        "name": "name",
+        "used_gpu_memory": "used",
+        "used_memory": "used",
+        "gpu_name": "gpu_name",
+        "timestamp": "timestamp",
+    }
+)
+_GPU_FIELDS = MappingProxyType(
+    {
+        "index": "index",
+        "uuid": "uuid",
+        "pci.bus_id": "bus",
+        "name": "name",
+        "memory.total": "total",
+        "memory.used": "used",
+        "memory.free": "free",
+        "memory.reserved": "reserved",
+    }
+)
 #: Column order of the documented queries, for `noheader` files.
 _GPU_DEFAULT = ("index", "uuid", "bus", "name", "total", "used", "free", "reserved")
 

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from oomdoctor.gpu.view import Unavailable
@@ -22,12 +23,14 @@ if TYPE_CHECKING:  # loaded by _read: a machine without a driver never needs the
     from oomdoctor.gpu.snapshot import Device, Process, Snapshot
 
 T = TypeVar("T")
-_HINTS = {
-    "LibraryNotFound": "no NVIDIA driver library here: run `oomdoctor snapshot` on the GPU host "
-    "and pass the file with --snapshot",
-    "NoPermission": "NVML refused access: run as a user that can use the GPUs",
-    "DriverNotLoaded": "the NVIDIA kernel driver is not loaded on this machine",
-}
+_HINTS = MappingProxyType(
+    {
+        "LibraryNotFound": "no NVIDIA driver library here: run `oomdoctor snapshot` on the GPU host "
+        "and pass the file with --snapshot",
+        "NoPermission": "NVML refused access: run as a user that can use the GPUs",
+        "DriverNotLoaded": "the NVIDIA kernel driver is not loaded on this machine",
+    }
+)
 
 
 def _import() -> Any:

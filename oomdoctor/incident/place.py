@@ -4,6 +4,7 @@ tables' site marks, else the startup checkpoint it interrupted), its phase, and 
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import NamedTuple
 
 from oomdoctor.incident import sites
@@ -27,7 +28,9 @@ VLLM_KINDS = (
     "profiling_free_changed",
 )
 #: The SGLang startup step a failure interrupted, by the last checkpoint its rank printed.
-_CHECKPOINT_SITES = {"load_begin": "weights", "load_end": "kv_pool", "graph_begin": "graph_capture"}
+_CHECKPOINT_SITES = MappingProxyType(
+    {"load_begin": "weights", "load_end": "kv_pool", "graph_begin": "graph_capture"}
+)
 
 
 class Placed(NamedTuple):

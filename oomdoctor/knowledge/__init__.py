@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 if sys.version_info >= (3, 11):
@@ -27,13 +28,15 @@ USER_SITES = "site-marks.toml"
 RESERVED_FILES = frozenset({USER_MARKERS, USER_SITES})
 
 #: Serving engines, and the engine family whose flags their advice uses.
-FAMILY: Mapping[str, str] = {
-    "sglang": "sglang",
-    "sglang-omni": "sglang",
-    "vllm": "vllm",
-    "vllm-omni": "vllm",
-    "vllm-ascend": "vllm",
-}
+FAMILY: Mapping[str, str] = MappingProxyType(
+    {
+        "sglang": "sglang",
+        "sglang-omni": "sglang",
+        "vllm": "vllm",
+        "vllm-omni": "vllm",
+        "vllm-ascend": "vllm",
+    }
+)
 #: Parts of the stack around an engine that markers can name (they never pick the engine).
 STACK = (
     "verl",
@@ -61,7 +64,7 @@ ENVELOPES = (
     "glog",
 )
 WHERE = ("envelope", "actor", "text", "frame")
-DEFAULT_STRENGTH = {"envelope": 3.0, "actor": 2.0, "text": 2.0, "frame": 1.0}
+DEFAULT_STRENGTH = MappingProxyType({"envelope": 3.0, "actor": 2.0, "text": 2.0, "frame": 1.0})
 ROLES = ("engine", "driver")
 SITES = (
     "weights",
@@ -75,8 +78,8 @@ SITES = (
     "forward",
 )
 PHASES = ("startup", "running")
-_MARKER_KEYS = {"engine", "where", "match", "role", "strength", "note"}
-_MARK_KEYS = {"frames", "code", "text", "stages", "note"}
+_MARKER_KEYS = frozenset({"engine", "where", "match", "role", "strength", "note"})
+_MARK_KEYS = frozenset({"frames", "code", "text", "stages", "note"})
 
 
 class EngineMarker(NamedTuple):

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 #: GPU out-of-memory texts; the bare ones carry no numbers and name their form.
-BARE_OOM_FORMS: dict[str, str] = {
-    "cuda_error_oom": "cuda_error",
-    "cublas_oom": "cublas",
-    "nccl_oom": "nccl",
-    "triton_oom": "triton",
-    "tms_oom": "tms",  # torch_memory_saver: cuMemCreate/cuMemMap returned out of memory
-    "cumem_oom": "cumem",  # vLLM sleep mode: the cumem allocator could not map memory
-    "tpu_oom": "tpu",  # XLA: the TPU's HBM ran out
-}
+BARE_OOM_FORMS: Mapping[str, str] = MappingProxyType(
+    {
+        "cuda_error_oom": "cuda_error",
+        "cublas_oom": "cublas",
+        "nccl_oom": "nccl",
+        "triton_oom": "triton",
+        "tms_oom": "tms",  # torch_memory_saver: cuMemCreate/cuMemMap returned out of memory
+        "cumem_oom": "cumem",  # vLLM sleep mode: the cumem allocator could not map memory
+        "tpu_oom": "tpu",  # XLA: the TPU's HBM ran out
+    }
+)
 OOM_KINDS: frozenset[str] = frozenset({"cuda_oom", *BARE_OOM_FORMS})
 
 #: Failures that are the memory story itself, in no particular order; the first one in the log

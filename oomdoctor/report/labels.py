@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
-_ROLES = {"server": "this server", "sibling": "sibling stage", "foreign": "co-tenant"}
+_ROLES = MappingProxyType(
+    {"server": "this server", "sibling": "sibling stage", "foreign": "co-tenant"}
+)
 
 
 def holder_label(p: dict[str, Any]) -> str:

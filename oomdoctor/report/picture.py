@@ -1,16 +1,16 @@
 """The card as a stacked bar: other processes | context | weights | KV | dynamic share | free.
 
-``segments`` computes the picture as data (it goes into the report dict); ``text_bar``, ``svg``
-and ``mermaid`` draw it. A part the log does not give is left out of the bar and named as unknown
+``segments`` labels the card budget/card.py computed (it goes into the report dict);
+``text_bar``, ``svg`` and ``mermaid`` draw it. A part the log does not give is left out of the bar and named as unknown
 in the legend, never drawn as zero.
 """
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
-from oomdoctor.budget.formulas import kv_at
-from oomdoctor.model import SglangBudget
+from oomdoctor.budget.card import Card
 
 #: (key, label, text-bar character, SVG colour)
 PARTS: tuple[tuple[str, str, str, str], ...] = (
@@ -21,55 +21,33 @@ PARTS: tuple[tuple[str, str, str, str], ...] = (
     ("dynamic", "dynamic share (activations, graphs)", "d", "#ff7f0e"),
     ("free", "free", ".", "#eeeeee"),
 )
-_SHORT = {
-    "held": "context, others",
-    "other": "other processes",
-    "weights": "weights",
-    "kv": "KV cache",
-    "dynamic": "dynamic share",
-    "free": "free",
-}
-_CHAR = {k: c for k, _, c, _ in PARTS}
-_LABEL = {k: label for k, label, _, _ in PARTS}
-_COLOUR = {k: colour for k, _, _, colour in PARTS}
+_SHORT = MappingProxyType(
+    {
+        "held": "context, others",
+        "other": "other processes",
+        "weights": "weights",
+        "kv": "KV cache",
+        "dynamic": "dynamic share",
+        "free": "free",
+    }
+)
+_CHAR = MappingProxyType({k: c for k, _, c, _ in PARTS})
+_LABEL = MappingProxyType({k: label for k, label, _, _ in PARTS})
+_COLOUR = MappingProxyType({k: colour for k, _, _, colour in PARTS})
 
 
-def segments(
-    b: SglangBudget,
-    y: float | None,
-    capacity: float | None,
-    held: float | None,
-    others: float | None,
-) -> dict[str, Any] | None:
-    """The card at fraction y, in GiB (None = unknown), plus the KV shortfall when negative.
-
-    ``held`` is capacity − pre: what the CUDA context and any other process held before the
-    weights loaded; ``others`` is the part the snapshot attributes to other processes.
-    """
-    if y is None or b.pre_gib is None or b.post_gib is None or b.weights_gib is None:
+def segments(card: Card | None) -> dict[str, Any] | None:
+    """The card as data for the report: its parts in drawing order, with their labels."""
+    if card is None:
         return None
-    pre = b.pre_gib
-    kv = kv_at(y, pre, b.post_gib) - b.kv_reserve_gib
-    parts: dict[str, float | None] = {}
-    if others is not None and held is not None:
-        parts["other"] = min(others, held)
-        parts["held"] = max(held - others, 0.0)
-    else:
-        parts["held"] = held
-    parts["weights"] = b.weights_gib
-    parts["kv"] = max(kv, 0.0)
-    parts["dynamic"] = (1 - y) * pre if kv >= 0 else b.post_gib  # a negative pool leaves only post
-    if capacity is not None and held is not None:
-        free = capacity - sum(v for v in parts.values() if v is not None)
-        if free > 0.05:
-            parts["free"] = free
+    parts = dict(card.parts)
     order = [k for k, *_ in PARTS]
     labels = dict(_LABEL)
     if "other" in parts:
         labels["held"] = "CUDA context"  # the other processes have their own part
     return {
-        "y": round(y, 4),
-        "capacity_gib": None if capacity is None else round(capacity, 2),
+        "y": round(card.y, 4),
+        "capacity_gib": None if card.capacity_gib is None else round(card.capacity_gib, 2),
         "parts": [
             {
                 "key": k,
@@ -78,7 +56,9 @@ def segments(
             }
             for k in sorted(parts, key=order.index)
         ],
-        "kv_shortfall_gib": round(-kv, 2) if kv < 0 else None,
+        "kv_shortfall_gib": None
+        if card.kv_shortfall_gib is None
+        else round(card.kv_shortfall_gib, 2),
     }
 
 

@@ -6,17 +6,20 @@ import io
 from typing import Any
 
 from oomdoctor import __version__
+from oomdoctor.budget import card
 from oomdoctor.budget.plan import Plan
 from oomdoctor.report import picture
-from oomdoctor.report.build import SCHEMA_VERSION, budget_dict
+from oomdoctor.report.budget_json import budget_dict
+from oomdoctor.report.build import SCHEMA_VERSION
 
 
 def build(plan: Plan) -> dict[str, Any]:
     p, b = plan.inputs, plan.budget
     model = p.model
-    before = picture.segments(b, b.mem_fraction_static, b.capacity_gib, _held(plan), None)
+    around = card.surroundings(b)
+    before = picture.segments(card.card_at(b, b.mem_fraction_static, around))
     after = (
-        picture.segments(b, plan.recommended, b.capacity_gib, _held(plan), None)
+        picture.segments(card.card_at(b, plan.recommended, around))
         if plan.recommended is not None
         else None
     )
@@ -46,13 +49,6 @@ def build(plan: Plan) -> dict[str, Any]:
         "picture": {"before": before, "after": after, "svg": None} if before else None,
         "notices": list(plan.notes),
     }
-
-
-def _held(plan: Plan) -> float | None:
-    b = plan.budget
-    if b.capacity_gib is None or b.pre_gib is None:
-        return None
-    return b.capacity_gib - b.pre_gib
 
 
 def _gib(x: float | None) -> str:

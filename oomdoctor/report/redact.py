@@ -37,7 +37,9 @@ _TOKENS = re.compile(
 _BEARER = re.compile(r"(?i)(?P<key>\b(?:bearer|token)\s+)(?P<value>[A-Za-z0-9._~+/=\-]{12,})")
 _AUTH = re.compile(r"(?i)(?P<key>\bauthorization\s*[:=]\s*)(?P<value>(?:basic|bearer)?\s*\S+)")
 _URL_PASSWORD = re.compile(r"(?P<key>\b[a-z][a-z0-9+.\-]*://[^:/@\s]+:)(?P<value>[^@/\s]+)(?=@)")
-_NOT_SECRET = {"None", "null", "''", '""', "{}", "'{}'", '"{}"', "False", "True", "0", "", MASK}
+_NOT_SECRET = frozenset(
+    {"None", "null", "''", '""', "{}", "'{}'", '"{}"', "False", "True", "0", "", MASK}
+)
 
 
 class Redactor:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import io
+from types import MappingProxyType
 from typing import Any
 
 from oomdoctor.report.labels import holder_label
 
-_STYLE = {
-    "startup_kv_alloc": "bold red",
-    "runtime_activation": "bold red",
-    "cotenant_pressure": "bold magenta",
-    "encoder_starvation": "bold red",
-    "not_oom": "bold yellow",
-    "unknown": "bold",
-}
+_STYLE = MappingProxyType(
+    {
+        "startup_kv_alloc": "bold red",
+        "runtime_activation": "bold red",
+        "cotenant_pressure": "bold magenta",
+        "encoder_starvation": "bold red",
+        "not_oom": "bold yellow",
+        "unknown": "bold",
+    }
+)
 
 
 def _gib(x: float | None) -> str:

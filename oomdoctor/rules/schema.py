@@ -9,6 +9,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from oomdoctor.model import Line, Scalar
@@ -21,42 +22,46 @@ else:  # pragma: no cover - exercised on 3.10 only
 #: The advice kinds a rule's `advice` key can name, defined here once: the loader validates
 #: against them, advice/registry.py maps each to its generators per engine, `oomdoctor rules
 #: advice` prints them, and a test checks the README lists exactly these.
-ADVICE_KINDS: Mapping[str, str] = {
-    "raise_mem_fraction": "raise the engine's fraction (SGLang's y, vLLM's u) to the value that "
-    "gives a KV pool, inside the workable window",
-    "weights_do_not_fit": "the weights alone do not fit the memory: more GPUs, quantisation, "
-    "a smaller model",
-    "lower_mem_fraction": "lower the fraction by the measured shortfall, and the batch levers "
-    "(chunked prefill, running requests, graph batch size)",
-    "graph_capture": "make room for CUDA-graph capture (graph batch size, fraction) or skip it",
-    "free_gpu": "free or size around the other processes that hold the GPU",
-    "reserve_encoder": "leave room for a multimodal encoder: reserve, lower fraction, "
-    "smaller inputs",
-    "kv_slots": "the KV pool ran out of slots, not of memory: pool size and request limits",
-    "retraction": "requests are retracted (or preempted) for KV space: grow the pool or admit less",
-    "host_memory": "host (CPU) memory ran out, not GPU memory",
-    "gpu_fault": "a GPU fault that is not exhaustion (illegal access, no kernel image, driver)",
-    "thinker_kv": "SGLang Omni's thinker stage got no KV pool: its own fraction or budget",
-    "omni_placement": "SGLang Omni's stages do not fit their GPU: move or shrink a stage",
-    "remedy": "the winning rule's own remedy text, as written in its [docs]",
-    "oversized": "one allocation larger than the card: no fraction fits it; shrink the request",
-    "none": "no action (the rule only explains)",
-}
+ADVICE_KINDS: Mapping[str, str] = MappingProxyType(
+    {
+        "raise_mem_fraction": "raise the engine's fraction (SGLang's y, vLLM's u) to the value that "
+        "gives a KV pool, inside the workable window",
+        "weights_do_not_fit": "the weights alone do not fit the memory: more GPUs, quantisation, "
+        "a smaller model",
+        "lower_mem_fraction": "lower the fraction by the measured shortfall, and the batch levers "
+        "(chunked prefill, running requests, graph batch size)",
+        "graph_capture": "make room for CUDA-graph capture (graph batch size, fraction) or skip it",
+        "free_gpu": "free or size around the other processes that hold the GPU",
+        "reserve_encoder": "leave room for a multimodal encoder: reserve, lower fraction, "
+        "smaller inputs",
+        "kv_slots": "the KV pool ran out of slots, not of memory: pool size and request limits",
+        "retraction": "requests are retracted (or preempted) for KV space: grow the pool or admit less",
+        "host_memory": "host (CPU) memory ran out, not GPU memory",
+        "gpu_fault": "a GPU fault that is not exhaustion (illegal access, no kernel image, driver)",
+        "thinker_kv": "SGLang Omni's thinker stage got no KV pool: its own fraction or budget",
+        "omni_placement": "SGLang Omni's stages do not fit their GPU: move or shrink a stage",
+        "remedy": "the winning rule's own remedy text, as written in its [docs]",
+        "oversized": "one allocation larger than the card: no fraction fits it; shrink the request",
+        "none": "no action (the rule only explains)",
+    }
+)
 OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "matches")
-TOP_KEYS = {
-    "id",
-    "category",
-    "priority",
-    "confidence",
-    "title",
-    "advice",
-    "refines",
-    "docs",
-    "when",
-    "patterns",
-    "fixtures",
-}
-DOC_KEYS = {"what", "why", "remedy", "false_positives", "references"}
+TOP_KEYS = frozenset(
+    {
+        "id",
+        "category",
+        "priority",
+        "confidence",
+        "title",
+        "advice",
+        "refines",
+        "docs",
+        "when",
+        "patterns",
+        "fixtures",
+    }
+)
+DOC_KEYS = frozenset({"what", "why", "remedy", "false_positives", "references"})
 ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 #: Seconds one user pattern may spend on one line before it is disabled for the run.
 PATTERN_TIMEOUT = 0.05

@@ -9,32 +9,39 @@ case-insensitively where users retype them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from oomdoctor.extract.signatures.base import Signature, groups, sig
 from oomdoctor.model import Scalar
 
 #: CUDA error codes (CUresult / cudaError_t, CUDA 12.8) and what each means here (§1.3).
-CUDA_CODES: dict[int, tuple[str, str]] = {
-    1: ("invalid argument", "a parameter out of range (size, granularity, address): not memory"),
-    2: ("out of memory", "GPU memory ran out"),
-    3: ("initialization error", "the CUDA driver was not initialised: not memory"),
-    4: ("driver shutting down", "the process was exiting after another failure"),
-    100: ("no CUDA-capable device", "GPU visibility or placement: not memory"),
-    101: ("invalid device ordinal", "GPU visibility or placement: not memory"),
-    201: ("invalid context", "no or wrong current CUDA context (a thread without one)"),
-    208: ("already mapped", "virtual-memory mapping state is wrong (a double map)"),
-    211: ("not mapped", "virtual-memory mapping state is wrong (a double unmap)"),
-    214: ("ECC uncorrectable", "a hardware memory error"),
-    400: ("invalid resource handle", "a stale handle"),
-    700: ("illegal address", "a kernel touched a bad address (memory used while paused?)"),
-    719: ("launch failure", "a kernel crashed"),
-    800: (
-        "operation not permitted",
-        "virtual-memory management is not allowed here (MIG, vGPU, WSL)",
-    ),
-    801: ("operation not supported", "virtual-memory management is not supported here"),
-    999: ("unknown error", "a driver fault"),
-}
+CUDA_CODES: Mapping[int, tuple[str, str]] = MappingProxyType(
+    {
+        1: (
+            "invalid argument",
+            "a parameter out of range (size, granularity, address): not memory",
+        ),
+        2: ("out of memory", "GPU memory ran out"),
+        3: ("initialization error", "the CUDA driver was not initialised: not memory"),
+        4: ("driver shutting down", "the process was exiting after another failure"),
+        100: ("no CUDA-capable device", "GPU visibility or placement: not memory"),
+        101: ("invalid device ordinal", "GPU visibility or placement: not memory"),
+        201: ("invalid context", "no or wrong current CUDA context (a thread without one)"),
+        208: ("already mapped", "virtual-memory mapping state is wrong (a double map)"),
+        211: ("not mapped", "virtual-memory mapping state is wrong (a double unmap)"),
+        214: ("ECC uncorrectable", "a hardware memory error"),
+        400: ("invalid resource handle", "a stale handle"),
+        700: ("illegal address", "a kernel touched a bad address (memory used while paused?)"),
+        719: ("launch failure", "a kernel crashed"),
+        800: (
+            "operation not permitted",
+            "virtual-memory management is not allowed here (MIG, vGPU, WSL)",
+        ),
+        801: ("operation not supported", "virtual-memory management is not supported here"),
+        999: ("unknown error", "a driver fault"),
+    }
+)
 OOM_CODE = 2
 
 _TMS_ERROR = (
