@@ -222,7 +222,7 @@ regex = "NCCL WARN .*Cuda failure (?P<code>\\\\d+)"
 all = ["pattern.nccl-cuda-failure.nccl"]
 
 [fixtures]
-fire = ["nccl.log"]
+fire = [{ log = "nccl.log", evidence = [1] }]
 silent = ["quiet.log"]
 """
 
@@ -246,7 +246,7 @@ def test_user_rule_adds_a_pattern_without_code(tmp_path: Path) -> None:
 
 def test_rules_test_reports_a_failing_fixture(tmp_path: Path) -> None:
     (tmp_path / "nccl.toml").write_text(
-        USER_RULE.replace('fire = ["nccl.log"]', 'fire = ["quiet.log"]')
+        USER_RULE.replace('fire = [{ log = "nccl.log", evidence = [1] }]', 'fire = ["quiet.log"]')
     )
     (tmp_path / "quiet.log").write_text("nothing here\n")
     code, out, _ = run("rules", "test", str(tmp_path))

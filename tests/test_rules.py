@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from oomdoctor import pipeline
 from oomdoctor.rules.features import FEATURE_DOCS
-from oomdoctor.rules.schema import FixtureRef, Rule
+from oomdoctor.rules.loader import load
+from oomdoctor.rules.schema import FixtureRef, Rule, RuleError
 from oomdoctor.rules.selftest import check
 from tests.conftest import FIXTURES, RULES
 
@@ -42,6 +45,56 @@ def test_every_rule_has_docs_and_both_kinds_of_fixture() -> None:
         assert rule.what and rule.why and rule.remedy, rule.id
         assert rule.false_positives and rule.references, rule.id
         assert all(ref.startswith("https://") for ref in rule.references), rule.id
+
+
+def test_every_fire_fixture_names_its_evidence_lines() -> None:
+    """A rule that fires for the wrong reason fails its fixture (test_rule_on_its_fixture checks
+    the lines), so every log a shipped rule fires on says which lines must be the evidence."""
+    bare = [f"{r.id}: {f.log.name}" for r in BUILTIN for f in r.fire if not f.evidence]
+    assert not bare, bare
+
+
+def test_a_wrong_evidence_line_fails_the_fixture() -> None:
+    rule = next(r for r in BUILTIN if r.id == "startup-kv-no-room")
+    fixture = next(f for f in rule.fire if f.log.name == "worked-example-y070.log")
+    assert fixture.evidence == (44,)  # RuntimeError: Not enough memory ...
+    moved = fixture._replace(evidence=(43,))
+    result = check(rule, moved, "fire", pipeline.fixture_features(BUILTIN))
+    assert not result.ok and "[43]" in result.detail and "[44]" in result.detail
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('{ log = "a.log", evidence = ["44"] }', "evidence = [line numbers]"),
+        ('{ log = "a.log", evidence = [0] }', "evidence = [line numbers]"),
+        ('{ log = "a.log", lines = [4] }', "unknown key lines"),
+    ],
+)
+def test_bad_fixture_entries_are_refused(tmp_path: Path, entry: str, message: str) -> None:
+    (tmp_path / "x.toml").write_text(
+        'id = "x"\ncategory = "not_oom"\npriority = 1\ntitle = "x"\n'
+        '[docs]\nwhat = "w"\nwhy = "w"\nremedy = "r"\nfalse_positives = ["f"]\n'
+        'references = ["r"]\n[when]\nall = ["ready"]\n'
+        f'[fixtures]\nfire = [{entry}]\nsilent = ["b.log"]\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(RuleError) as caught:
+        load([tmp_path], pipeline.fact_kinds())
+    assert any(message in problem for problem in caught.value.problems), caught.value.problems
+
+
+def test_evidence_lines_belong_to_fire_fixtures(tmp_path: Path) -> None:
+    (tmp_path / "x.toml").write_text(
+        'id = "x"\ncategory = "not_oom"\npriority = 1\ntitle = "x"\n'
+        '[docs]\nwhat = "w"\nwhy = "w"\nremedy = "r"\nfalse_positives = ["f"]\n'
+        'references = ["r"]\n[when]\nall = ["ready"]\n'
+        '[fixtures]\nfire = ["a.log"]\nsilent = [{ log = "b.log", evidence = [3] }]\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(RuleError) as caught:
+        load([tmp_path], pipeline.fact_kinds())
+    assert any("belong to the logs a rule fires on" in p for p in caught.value.problems)
 
 
 def test_every_fixture_is_used_by_a_rule() -> None:

@@ -306,7 +306,8 @@ def _joined(base: Path, relative: str) -> Path:
 
 def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[FixtureRef, ...]:
     """Fixture entries, relative to the rule file: a log path, or a table
-    ``{ log = "x.log", snapshot = ["gpu.xml"] }`` for a log diagnosed with a GPU snapshot."""
+    ``{ log = "x.log", snapshot = ["gpu.xml"], evidence = [44] }``: the GPU snapshot the log is
+    diagnosed with, and (fire only) the lines that must be among the finding's evidence."""
     if not isinstance(raw, list) or not raw:
         err(f'[fixtures] "{key}" must be a non-empty list', key, "fixtures")
         return ()
@@ -316,20 +317,37 @@ def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[Fixtu
         if isinstance(item, str):
             out.append(FixtureRef(_joined(base, item)))
             continue
-        log = item.get("log") if isinstance(item, dict) else None
-        snaps = item.get("snapshot", []) if isinstance(item, dict) else None
+        table = item if isinstance(item, dict) else {}
+        log = table.get("log")
+        snaps = table.get("snapshot", [])
+        lines = table.get("evidence", [])
         if isinstance(snaps, str):
             snaps = [snaps]
+        unknown = sorted(set(table) - {"log", "snapshot", "evidence"})
         if (
             not isinstance(log, str)
             or not isinstance(snaps, list)
             or not all(isinstance(x, str) for x in snaps)
+            or not isinstance(lines, list)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lines)
+            or unknown
         ):
             err(
-                f'[fixtures] {key}: an entry is a path or {{ log = "...", snapshot = [...] }}',
+                f'[fixtures] {key}: an entry is a path or {{ log = "...", snapshot = [...], '
+                "evidence = [line numbers] }"
+                + (f" (unknown key {', '.join(unknown)})" if unknown else ""),
                 key,
                 "fixtures",
             )
             continue
-        out.append(FixtureRef(_joined(base, log), tuple(_joined(base, x) for x in snaps)))
+        if lines and key != "fire":
+            err(
+                f"[fixtures] {key}: evidence lines belong to the logs a rule fires on",
+                key,
+                "fixtures",
+            )
+            continue
+        out.append(
+            FixtureRef(_joined(base, log), tuple(_joined(base, x) for x in snaps), tuple(lines))
+        )
     return tuple(out)

@@ -97,10 +97,12 @@ class RulePattern(NamedTuple):
 
 
 class FixtureRef(NamedTuple):
-    """A log a rule is tested on, with the GPU snapshot files that go with it (if any)."""
+    """A log a rule is tested on, with the GPU snapshot files that go with it (if any) and, for
+    a log it must fire on, the line numbers that must be among its evidence."""
 
     log: Path
     snapshots: tuple[Path, ...] = ()
+    evidence: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         return str(self.log) + "".join(f" + {s.name}" for s in self.snapshots)

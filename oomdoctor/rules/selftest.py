@@ -44,6 +44,13 @@ def check(rule: Rule, fixture: FixtureRef, expect: str, features_of: FeaturesOf)
         shown = [c.key for c in (*rule.all, *rule.any, *rule.none)]
         values = ", ".join(f"{k}={feats[k].value!r}" for k in dict.fromkeys(shown) if k in feats)
         detail = f"{'did not fire' if expect == 'fire' else 'fired'}; {values}"
+    elif fired and fixture.evidence:
+        (finding,) = engine.evaluate([rule], feats)
+        got = sorted({e.line.number for e in finding.evidence})
+        absent = [n for n in fixture.evidence if n not in got]
+        if absent:
+            ok = False
+            detail = f"fired, but line(s) {absent} are not among its evidence {got}"
     return RuleCheck(rule.id, expect, fixture, ok, detail)
 
 
