@@ -137,3 +137,19 @@ def test_no_mutable_module_state() -> None:
             if type(value) in (list, dict, set, bytearray):
                 found.append(f"{module.name}.{key}: {type(value).__name__}")
     assert not found, found
+
+
+def test_the_architecture_note_names_real_places() -> None:
+    """Every path and module the note names exists, and it says where each kind of change
+    goes first."""
+    import re
+
+    note = (PACKAGE.parent / "docs" / "ARCHITECTURE.md").read_text("utf-8")
+    for kind in ("A new log format", "A new failure family", "A new engine", "A new report field"):
+        assert f"**{kind}**" in note, kind
+    named = set(re.findall(r"`((?:oomdoctor/)?[a-z_]+/(?:[a-z_]+(?:/|\.py|\.toml))?)`", note))
+    assert len(named) > 20
+    root = PACKAGE.parent
+    # a path in the package (`budget/oom.py`) or in the repository (`rules/`, `tests/...`)
+    missing = [r for r in named if not ((PACKAGE / r).exists() or (root / r).exists())]
+    assert not missing, missing
