@@ -309,6 +309,7 @@ class SglangBudget(NamedTuple):
     reserve_gib: float | None = None
     ranks: tuple[RankBudget, ...] = ()
     notices: tuple[str, ...] = ()
+    weights_share: float | None = None  # weights / pre
     kv_reserve_gib: float = 0.0  # 0.5.23: set aside from the KV budget for multimodal buffers
     fraction_factor: float = 1.0  # SGLang multiplies the flag by this (0.3.6/0.4.6 VLMs, aiter)
     fraction_factor_why: str | None = None

@@ -14,7 +14,6 @@ from oomdoctor import budget
 from oomdoctor.advice.context import Context
 from oomdoctor.advice.registry import actions as advise
 from oomdoctor.budget import holders, oom
-from oomdoctor.budget.formulas import GIB
 from oomdoctor.budget.oom import OomJudgement
 from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.extract.facts import Extractor, MarkerMatcher, Matcher, SignatureMatcher
@@ -194,11 +193,12 @@ def fixture_features(
 
 
 def _capacity(gpu: GpuState) -> float | None:
-    """The GPUs' total memory when a snapshot shows one size for all of them: NVML's total minus
-    the driver's reservation, which is what CUDA (and vLLM) call total."""
-    devices = getattr(gpu, "devices", ())
-    sizes = {d.total_bytes - (d.reserved_bytes or 0) for d in devices if d.total_bytes}
-    return sizes.pop() / GIB if len(sizes) == 1 else None
+    """The GPUs' total memory from a snapshot, for logs that do not print it."""
+    if gpu is None:
+        return None
+    from oomdoctor.gpu.snapshot import Snapshot
+
+    return gpu.cuda_total_gib() if isinstance(gpu, Snapshot) else None
 
 
 def _gpu_view(

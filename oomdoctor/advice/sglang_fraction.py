@@ -95,7 +95,7 @@ def raise_fraction(ctx: Context) -> list[Action]:
             current=y,
             basis=basis,
         )
-    share = (b.weights_gib or 0.0) / pre
+    share = b.weights_share or 0.0
     if share > 0.85:
         actions.extend(
             [

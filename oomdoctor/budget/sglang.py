@@ -199,6 +199,7 @@ def build(incident: Incident, primary: Failure | None) -> SglangBudget:
 
     return SglangBudget(
         kv_reserve_gib=mm_reserve(incident),
+        weights_share=weights / pre if weights and pre else None,
         rank=tight_label or (tight.rank if tight and tight.rank != "-" else None),
         stage=stage.stage if stage is not None else None,
         gpu=stage.gpu if stage is not None else None,

@@ -77,6 +77,12 @@ class Snapshot:
     def processes_on(self, device: Device) -> tuple[Process, ...]:
         return tuple(p for p in self.processes if self.device_of(p) is device)
 
+    def cuda_total_gib(self) -> float | None:
+        """The GPUs' total memory when every device has the same: NVML's total minus the
+        driver's reservation, which is what CUDA (and vLLM) call total."""
+        sizes = {d.total_bytes - (d.reserved_bytes or 0) for d in self.devices if d.total_bytes}
+        return sizes.pop() / GIB if len(sizes) == 1 else None
+
 
 def norm_bus_id(bus: str | None) -> str | None:
     """``00000000:3B:00.0`` / ``0000:3b:00.0`` → ``00000000:3b:00.0``."""

@@ -235,9 +235,7 @@ def compute(
     put("budget.kv_gib", budget.kv_gib, *b_lines)
     put("budget.kv_negative", budget.kv_gib is not None and budget.kv_gib <= 0, *b_lines)
     put("budget.window_empty", budget.window.empty, *b_lines)
-    sg = as_sglang(budget)
-    share = sg.weights_gib / sg.pre_gib if sg.weights_gib and sg.pre_gib else None
-    put("budget.weights_share", share, *b_lines)
+    put("budget.weights_share", as_sglang(budget).weights_share, *b_lines)
 
     for kind_name, count in incident.fact_counts.items():
         facts = incident.facts_of(kind_name)
