@@ -194,11 +194,8 @@ def fixture_features(
 
 def _capacity(gpu: GpuState) -> float | None:
     """The GPUs' total memory from a snapshot, for logs that do not print it."""
-    if gpu is None:
-        return None
-    from oomdoctor.gpu.snapshot import Snapshot
-
-    return gpu.cuda_total_gib() if isinstance(gpu, Snapshot) else None
+    total = getattr(gpu, "cuda_total_gib", None)  # a Snapshot (no import for the others)
+    return total() if callable(total) else None
 
 
 def _gpu_view(
