@@ -57,6 +57,19 @@ def load_toml(path: Path) -> dict[str, object]:
     return tomllib.loads(path.read_text("utf-8"))
 
 
+def minimal_rule(
+    advice: str = "none", fixtures: str = 'fire = ["a.log"]\nsilent = ["b.log"]'
+) -> str:
+    """The text of the smallest valid rule file (id "x"), with its advice kind and [fixtures]
+    body replaceable: loader tests change one thing and expect one problem."""
+    return (
+        f'id = "x"\ncategory = "not_oom"\npriority = 1\ntitle = "x"\nadvice = "{advice}"\n'
+        '[docs]\nwhat = "w"\nwhy = "w"\nremedy = "r"\nfalse_positives = ["f"]\n'
+        'references = ["r"]\n[when]\nall = ["ready"]\n'
+        f"[fixtures]\n{fixtures}\n"
+    )
+
+
 #: Every fixture log has a sidecar `NAME.expect.toml` beside it.
 SIDECARS = sorted(FIXTURES.rglob("*.expect.toml"))
 

@@ -12,7 +12,7 @@ from oomdoctor import pipeline
 from oomdoctor.advice.registry import REGISTRY
 from oomdoctor.rules.loader import load
 from oomdoctor.rules.schema import ADVICE_KINDS, RuleError
-from tests.conftest import REPO
+from tests.conftest import REPO, minimal_rule
 
 ENGINES = {"sglang", "vllm", "any"}
 
@@ -55,13 +55,7 @@ def test_shipped_rules_use_only_defined_kinds() -> None:
 
 def test_the_loader_refuses_an_unknown_kind_naming_the_defined_ones(tmp_path: Path) -> None:
     rule = tmp_path / "x.toml"
-    rule.write_text(
-        'id = "x"\ncategory = "not_oom"\npriority = 1\ntitle = "x"\nadvice = "reboot"\n'
-        '[docs]\nwhat = "w"\nwhy = "w"\nremedy = "r"\nfalse_positives = ["f"]\n'
-        'references = ["r"]\n[when]\nall = ["ready"]\n'
-        '[fixtures]\nfire = ["a.log"]\nsilent = ["b.log"]\n',
-        encoding="utf-8",
-    )
+    rule.write_text(minimal_rule(advice="reboot"), encoding="utf-8")
     with pytest.raises(RuleError) as caught:
         load([tmp_path], pipeline.fact_kinds())
     (problem,) = caught.value.problems

@@ -11,7 +11,7 @@ from oomdoctor.rules.features import FEATURE_DOCS
 from oomdoctor.rules.loader import load
 from oomdoctor.rules.schema import FixtureRef, Rule, RuleError
 from oomdoctor.rules.selftest import check
-from tests.conftest import FIXTURES, RULES
+from tests.conftest import FIXTURES, RULES, minimal_rule
 
 BUILTIN = pipeline.load_rules()
 CASES = [(r, "fire", f) for r in BUILTIN for f in r.fire] + [
@@ -73,11 +73,7 @@ def test_a_wrong_evidence_line_fails_the_fixture() -> None:
 )
 def test_bad_fixture_entries_are_refused(tmp_path: Path, entry: str, message: str) -> None:
     (tmp_path / "x.toml").write_text(
-        'id = "x"\ncategory = "not_oom"\npriority = 1\ntitle = "x"\n'
-        '[docs]\nwhat = "w"\nwhy = "w"\nremedy = "r"\nfalse_positives = ["f"]\n'
-        'references = ["r"]\n[when]\nall = ["ready"]\n'
-        f'[fixtures]\nfire = [{entry}]\nsilent = ["b.log"]\n',
-        encoding="utf-8",
+        minimal_rule(fixtures=f'fire = [{entry}]\nsilent = ["b.log"]'), encoding="utf-8"
     )
     with pytest.raises(RuleError) as caught:
         load([tmp_path], pipeline.fact_kinds())
@@ -86,10 +82,7 @@ def test_bad_fixture_entries_are_refused(tmp_path: Path, entry: str, message: st
 
 def test_evidence_lines_belong_to_fire_fixtures(tmp_path: Path) -> None:
     (tmp_path / "x.toml").write_text(
-        'id = "x"\ncategory = "not_oom"\npriority = 1\ntitle = "x"\n'
-        '[docs]\nwhat = "w"\nwhy = "w"\nremedy = "r"\nfalse_positives = ["f"]\n'
-        'references = ["r"]\n[when]\nall = ["ready"]\n'
-        '[fixtures]\nfire = ["a.log"]\nsilent = [{ log = "b.log", evidence = [3] }]\n',
+        minimal_rule(fixtures='fire = ["a.log"]\nsilent = [{ log = "b.log", evidence = [3] }]'),
         encoding="utf-8",
     )
     with pytest.raises(RuleError) as caught:

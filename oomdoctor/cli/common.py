@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 EXIT_OK = 0
 EXIT_OOM = 1
@@ -24,6 +27,20 @@ EXIT_INTERNAL = 70
 rules_option = click.option(
     "--rules", "rule_dirs", multiple=True, metavar="DIR", help="Add the rules in DIR."
 )
+
+
+def format_option(help: str | None = "Report format.") -> Callable[[_F], _F]:
+    """``--format text|markdown|json`` (diagnose, watch, plan)."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["text", "markdown", "json"]),
+        default="text",
+        show_default=True,
+        help=help,
+    )
+
+
 #: ``--no-redact`` as diagnose and watch take it.
 no_redact_option = click.option(
     "--no-redact", is_flag=True, help="Do not mask API keys, tokens and passwords."

@@ -14,6 +14,7 @@ from oomdoctor.cli.common import (
     EXIT_USAGE,
     emit_report,
     fail,
+    format_option,
     load_rules_and_knowledge,
     no_redact_option,
 )
@@ -22,14 +23,7 @@ from oomdoctor.cli.gpu_state import after_capture, capture_fields, gpu_state, li
 
 @click.command()
 @click.argument("logs", nargs=-1, metavar="[LOG ...|-]")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "markdown", "json"]),
-    default="text",
-    show_default=True,
-    help="Report format.",
-)
+@format_option()
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option(
     "--rules",

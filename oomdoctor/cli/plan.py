@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from oomdoctor.cli.common import EXIT_USAGE, fail, terminal_width, write_output, write_svg
+from oomdoctor.cli.common import (
+    EXIT_USAGE,
+    fail,
+    format_option,
+    terminal_width,
+    write_output,
+    write_svg,
+)
 
 
 def _size_gib(value: str | None, option: str) -> float | None:
@@ -60,13 +67,7 @@ def _size_gib(value: str | None, option: str) -> float | None:
     help="Default: what SGLang would pick.",
 )
 @click.option("--sglang-version", default="0.5.23", show_default=True)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "markdown", "json"]),
-    default="text",
-    show_default=True,
-)
+@format_option(None)
 @click.option("-o", "--output", metavar="FILE")
 @click.option("--svg", metavar="FILE", help="Also draw the card as an SVG file.")
 def plan(

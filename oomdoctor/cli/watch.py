@@ -15,6 +15,7 @@ from oomdoctor.cli.common import (
     EXIT_USAGE,
     emit_report,
     fail,
+    format_option,
     load_rules_and_knowledge,
     no_redact_option,
     rules_option,
@@ -25,14 +26,7 @@ from oomdoctor.cli.gpu_state import after_capture, capture_fields, live_snapshot
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--log", "log_path", metavar="FILE", help="Also append the server's output to FILE.")
 @click.option("-o", "--output", metavar="REPORT", help="Also write the report to REPORT.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "markdown", "json"]),
-    default="text",
-    show_default=True,
-    help="Format of the REPORT file (the summary on stderr is always text).",
-)
+@format_option("Format of the REPORT file (the summary on stderr is always text).")
 @click.option("--always", is_flag=True, help="Report even when the server exits cleanly.")
 @click.option(
     "--grace",

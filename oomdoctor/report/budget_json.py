@@ -12,43 +12,7 @@ def _r(x: float | None, digits: int = 2) -> float | None:
     return None if x is None else round(x, digits)
 
 
-_SGLANG_KEYS = (
-    "rank",
-    "stage",
-    "gpu",
-    "pre_gib",
-    "post_gib",
-    "mem_fraction_static",
-    "mem_fraction_source",
-    "fraction_factor",
-    "static_gib",
-    "dynamic_gib",
-    "kv_logged_gib",
-    "headroom_gib",
-    "y_zero",
-    "y_min",
-    "y_min_basis",
-    "y_max",
-    "y_max_basis",
-    "reserve_gib",
-)
-
-
-_VLLM_KEYS = (
-    "gpu_memory_utilization",
-    "utilization_source",
-    "budget_gib",
-    "activation_gib",
-    "non_torch_gib",
-    "max_model_len",
-    "kv_needed_gib",
-    "u_min",
-    "u_min_basis",
-    "u_max",
-    "u_max_basis",
-)
-
-
+#: The object's keys, in the order the JSON contract prints them.
 _ORDER = (
     "engine",
     "rank",
@@ -106,8 +70,7 @@ def budget_dict(b: Budget) -> dict[str, Any]:
         "window_empty": b.window.empty,
     }
     own = _sglang_part(b) if isinstance(b, SglangBudget) else _vllm_part(b)
-    out = {**dict.fromkeys(_SGLANG_KEYS + _VLLM_KEYS), "fraction_factor": 1.0, **shared, **own}
-    out.setdefault("ranks", [])
+    out = {**dict.fromkeys(_ORDER), "fraction_factor": 1.0, "ranks": [], **shared, **own}
     return {key: out[key] for key in _ORDER}
 
 
