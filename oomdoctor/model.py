@@ -204,6 +204,9 @@ class StatsSummary(NamedTuple):
     last_retraction: Line | None = None
     timeline: Timeline = Timeline()
     retraction_rate: float | None = None  # per hour, first to last retraction
+    #: requests preempted: vLLM V0 warns on the 1st and every 50th with the running total, so
+    #: the largest total it printed, else the warnings counted
+    preempted: int = 0
 
 
 class Incident(NamedTuple):

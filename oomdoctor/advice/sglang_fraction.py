@@ -6,6 +6,7 @@ from __future__ import annotations
 from oomdoctor.advice.context import Context
 from oomdoctor.advice.sglang_levers import (
     chunked_lever,
+    double_tp,
     encoder_input_levers,
     levers_for_empty_window,
     runtime_levers,
@@ -173,23 +174,25 @@ def weights_do_not_fit(ctx: Context) -> list[Action]:
     b = ctx.sglang
     oom = ctx.primary.oom if ctx.primary else None
     loaded = oom.allocated_gib if oom and oom.allocated_gib is not None else None
-    free = b.pre_gib if b.pre_gib is not None else (oom.total_gib if oom else None)
     head = "The weights themselves do not fit"
-    if loaded is not None and free is not None:
-        head += f": {loaded:.2f} GiB were loaded when {free:.2f} GiB free ran out"
+    if loaded is not None and b.pre_gib is not None:
+        head += f": {loaded:.2f} GiB were loaded when {b.pre_gib:.2f} GiB free ran out"
+    elif loaded is not None and oom is not None and oom.total_gib is not None:
+        left = f" with {oom.free_gib:.2f} GiB free" if oom.free_gib is not None else ""
+        head += f": {loaded:.2f} GiB were loaded on the {oom.total_gib:.2f} GiB card{left}"
     out = [
         Action(
             text=head + ". --mem-fraction-static is irrelevant here (it only sizes the KV pool "
             "after loading); reduce the weights per GPU:"
         )
     ]
-    tp = ctx.arg_int("tp_size") or 1
+    doubled, value, tp = double_tp(ctx)
     out.append(
         Action(
-            text=f"Shard over more GPUs: --tp-size {tp * 2} halves the weights per GPU.",
+            text=f"Shard over more GPUs: {doubled} halves the weights per GPU.",
             flag="--tp-size",
             direction="raise",
-            value=tp * 2,
+            value=value,
             current=tp,
         )
     )
@@ -222,8 +225,8 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
     if short is None:
         basis = f"no allocation size in the log: one {targets.BLIND_STEP:.2f} step"
         lead = (
-            "The log does not say how much was missing; a "
-            f"{targets.BLIND_STEP:.2f} step gives {why} {targets.BLIND_STEP * pre:.2f} GiB more"
+            "The log does not say how much was missing, so take one step of about "
+            f"{targets.BLIND_STEP:.2f}"
         )
     else:
         basis = (

@@ -28,22 +28,31 @@ def chunked_lever(ctx: Context) -> tuple[float, Action] | None:
     )
 
 
+def double_tp(ctx: Context) -> tuple[str, int | None, int | None]:
+    """`--tp-size 2N`, its value and today's N; when the log does not show N (no server_args,
+    no rank tags), "twice today's --tp-size" and no value: never a guess of 1."""
+    tp = ctx.arg_int("tp_size")
+    if tp is None:
+        return "twice today's --tp-size", None, None
+    return f"--tp-size {tp * 2}", tp * 2, tp
+
+
 def levers_for_empty_window(ctx: Context) -> list[Action]:
     """What moves the bounds when no fraction works, ranked by how many GiB they free."""
     b = ctx.sglang
     ranked: list[tuple[float, Action]] = []
     weights = b.weights_gib
-    tp = ctx.arg_int("tp_size") or 1
     if weights is not None:
+        doubled, value, tp = double_tp(ctx)
         ranked.append(
             (
                 weights / 2,
                 Action(
-                    text=f"Double tensor parallelism (--tp-size {tp * 2}): weights per GPU fall from "
+                    text=f"Double tensor parallelism ({doubled}): weights per GPU fall from "
                     f"{weights:.2f} to ≈{weights / 2:.2f} GiB, freeing ≈{weights / 2:.2f} GiB per GPU.",
                     flag="--tp-size",
                     direction="raise",
-                    value=tp * 2,
+                    value=value,
                     current=tp,
                 ),
             )

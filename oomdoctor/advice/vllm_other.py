@@ -188,7 +188,7 @@ def preemption(ctx: Context) -> list[Action]:
     u = ctx.vllm.gpu_memory_utilization
     return [
         Action(
-            text=f"vLLM preempted requests {stats.retractions} time(s) for lack of KV cache space "
+            text=f"vLLM preempted requests {stats.preempted} time(s) for lack of KV cache space "
             "and recomputed them: graceful, not a crash. If it is frequent, give the KV cache "
             "more room: raise --gpu-memory-utilization"
             + (f" (today {u:.2f})" if u is not None else "")

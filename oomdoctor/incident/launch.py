@@ -88,6 +88,7 @@ class StatsAcc:
     first_retraction: Line | None = None
     last_retraction: Line | None = None
     timeline: TimelineBuilder = field(default_factory=TimelineBuilder)
+    cumulative_preemptions: int | None = None
 
     def line(self, fact: Fact) -> None:
         """A stats line the scanner kept as context: the latest one of each kind wins.
@@ -120,6 +121,9 @@ class StatsAcc:
         )
 
     def retraction(self, fact: Fact) -> None:
+        total = fact.num("total")
+        if total is not None and total > (self.cumulative_preemptions or 0):
+            self.cumulative_preemptions = int(total)
         self.retractions += 1
         self.retracted_requests += int(fact.num("n") or 0)
         self.first_retraction = self.first_retraction or fact.line
@@ -138,6 +142,7 @@ class StatsAcc:
             first_retraction=self.first_retraction,
             last_retraction=self.last_retraction,
             timeline=self.timeline.build(),
+            preempted=max(self.cumulative_preemptions or 0, self.retractions),
             retraction_rate=rate_per_hour(
                 self.retractions,
                 self.first_retraction.ts if self.first_retraction else None,

@@ -364,7 +364,7 @@ def _vllm_features(put: _Builder, incident: Incident, primary: Failure | None) -
     preempted = [f for f in incident.facts_of("retraction") if f.data.get("mode")]
     put(
         "vllm.preemptions",
-        incident.stats.retractions if preempted else 0,
+        incident.stats.preempted if preempted else 0,
         *(p.line for p in preempted[:2]),
     )
 

@@ -20,7 +20,8 @@ def _commas(m: re.Match[str]) -> dict[str, Scalar]:
 
 
 def _preemption(m: re.Match[str]) -> dict[str, Scalar]:
-    return {"n": 1, "mode": m.group("mode")}
+    total = m.group("total")
+    return {"n": 1, "mode": m.group("mode"), "total": int(total) if total else None}
 
 
 _PAIR = re.compile(r"(\w+)=([\d.]+)Gi[Bb]")  # 0.6.4 prints one of them as `Gib`
@@ -183,7 +184,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "retraction",
         "because there is not enough KV cache space",
         r"is preempted by PreemptionMode\.(?P<mode>\w+) mode because there is not enough KV cache "
-        r"space",
+        r"space(?:.*total_num_cumulative_preemption=(?P<total>\d+))?",
         _preemption,
     ),
     # --- RL colocation: sleep mode frees the engine's memory for a trainer ------------------------
