@@ -516,7 +516,8 @@ COMPUTED = [
         id="remedy-vllm",
     ),
     # -- oversized (any) -------------------------------------------------------------------------
-    # 120.00 GiB asked on a 79.19 GiB card: no fraction; shorten what sized it.
+    # 120.00 GiB asked on a 79.19 GiB card: no fraction; shorten what sized it. Today's context
+    # length is the summary line's context_len=4096 (server_args has none).
     pytest.param(
         "oversized/any",
         "SG_OVERSIZED_OOM",
@@ -525,7 +526,7 @@ COMPUTED = [
             "--context-length",
             "lower",
             None,
-            None,
+            4096,
             lead=("No value of --mem-fraction-static", "120.00 GiB", "79.19 GiB card"),
         ),
         (),
@@ -539,7 +540,7 @@ COMPUTED = [
             "--max-model-len",
             "lower",
             None,
-            None,
+            131072,  # vLLM's own `Using max model len 131072` line (no --max-model-len given)
             lead=("No value of --gpu-memory-utilization", "120.00 GiB", "79.19 GiB card"),
         ),
         (),

@@ -284,16 +284,20 @@ def _grow_pool(ctx: Context) -> Action | None:
 def oversized(ctx: Context) -> list[Action]:
     """One allocation larger than the whole card: no fraction can fit it; shrink what sized it."""
     oom = ctx.primary.oom if ctx.primary else None
-    asked = f"{oom.requested_gib:.2f} GiB" if oom and oom.requested_gib else "the allocation"
-    card = f"{oom.total_gib:.2f} GiB" if oom and oom.total_gib else "the GPU"
+    asked = f" of {oom.requested_gib:.2f} GiB" if oom and oom.requested_gib else ""
+    card = f"whole {oom.total_gib:.2f} GiB card" if oom and oom.total_gib else "whole card"
     out = [
         Action(
-            text=f"No value of {ctx.fraction_flag} can fit this: the single allocation of {asked} "
-            f"is larger than the whole {card} card. Shrink what sized it instead."
+            text=f"No value of {ctx.fraction_flag} can fit this: the single allocation{asked} "
+            f"is larger than the {card}. Shrink what sized it instead."
         )
     ]
     vllm = ctx.family == "vllm"
-    length = ctx.arg_int("max_model_len" if vllm else "context_length")
+    # the length in effect: the args, else what the engine printed (vLLM's `max model len`,
+    # SGLang's context_len in its summary line)
+    length = ctx.arg_int("max_model_len" if vllm else "context_length") or (
+        ctx.vllm.max_model_len if vllm else ctx.sglang.context_len
+    )
     length_flag = "--max-model-len" if vllm else "--context-length"
     if ctx.family is None:
         length_flag = "--context-length (SGLang) / --max-model-len (vLLM)"
