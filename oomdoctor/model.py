@@ -184,6 +184,15 @@ class Timeline(NamedTuple):
     retractions: int = 0
 
     @property
+    def minutes_high(self) -> float:
+        """Minutes at token usage ≥ HIGH_USAGE, to 0.1."""
+        return round(self.seconds_high / 60, 1)
+
+    @property
+    def span_minutes(self) -> float | None:
+        return None if self.span_s is None else round(self.span_s / 60, 1)
+
+    @property
     def retractions_per_hour(self) -> float | None:
         if not self.span_s or self.span_s < 600 or not self.retractions:
             return None
@@ -338,6 +347,7 @@ class VllmBudget(NamedTuple):
     bytes_per_token: int | None = None
     max_model_len: int | None = None
     kv_needed_gib: float | None = None  # KV for one request of max_model_len
+    startup_short_gib: float | None = None  # the start-up check: requested − free
     graph_gib: float | None = None
     window: Window = Window()
     notices: tuple[str, ...] = ()

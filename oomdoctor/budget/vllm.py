@@ -192,6 +192,7 @@ def build(
         kv_tokens=tokens,
         bytes_per_token=bpt,
         max_model_len=max_len,
+        startup_short_gib=_startup_short(primary),
         kv_needed_gib=needed,
         graph_gib=graph,
         window=Window(u_min, u_min_basis, u_max, u_max_basis),
@@ -248,3 +249,11 @@ def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def _startup_short(primary: Failure | None) -> float | None:
+    """How much more the start-up check asked for than was free (GiB)."""
+    if primary is None or primary.kind != "startup_free_memory":
+        return None
+    free, requested = _num(primary.data.get("free")), _num(primary.data.get("requested"))
+    return round(requested - free, 4) if free is not None and requested is not None else None

@@ -197,7 +197,7 @@ def timeline_dict(diag: Diagnosis) -> dict[str, Any] | None:
         "last_ts": t.last_ts,
         "span_s": _r(t.span_s, 0),
         "peak_usage": t.peak_usage,
-        "minutes_at_95": round(t.seconds_high / 60, 1),
+        "minutes_at_95": t.minutes_high,
         "retractions": t.retractions,
         "retractions_per_hour": _r(t.retractions_per_hour, 1),
         "usage": [round(p.usage, 2) for p in t.points],

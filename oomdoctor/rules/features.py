@@ -16,7 +16,7 @@ from oomdoctor.budget import as_sglang
 from oomdoctor.budget.costs import start_gap, start_gap_explains
 from oomdoctor.incident import sites
 from oomdoctor.knowledge import family
-from oomdoctor.model import Budget, Failure, Incident, Line, Scalar
+from oomdoctor.model import Budget, Failure, Incident, Line, Scalar, VllmBudget
 
 if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
     from oomdoctor.budget.oom import OomJudgement
@@ -194,10 +194,10 @@ def compute(
     t = stats.timeline
     put(
         "timeline.minutes_at_95",
-        round(t.seconds_high / 60, 1),
+        t.minutes_high,
         *_lines(stats.last_decode.line if stats.last_decode else None),
     )
-    put("timeline.span_minutes", None if t.span_s is None else round(t.span_s / 60, 1))
+    put("timeline.span_minutes", t.span_minutes)
     last_stats = stats.last_decode or stats.last_prefill
     put("stats.peak_token_usage", stats.peak_token_usage, last_stats.line if last_stats else None)
     put("host.oom_kill", kind == "host_oom_kill", where if kind == "host_oom_kill" else None)
@@ -229,7 +229,7 @@ def compute(
     below = incident.facts_of("kv_below_context")
     put("kv.below_context", bool(below), *(r.line for r in below[:1]))
 
-    _vllm_features(put, incident, primary)
+    _vllm_features(put, incident, budget, primary)
 
     b_lines = _budget_lines(incident)
     put("budget.kv_gib", budget.kv_gib, *b_lines)
@@ -340,16 +340,14 @@ _PROFILE_RUN = re.compile(
 )
 
 
-def _vllm_features(put: _Builder, incident: Incident, primary: Failure | None) -> None:
+def _vllm_features(
+    put: _Builder, incident: Incident, budget: Budget, primary: Failure | None
+) -> None:
     kind = primary.kind if primary else None
     where = primary.line if primary else None
     check = kind in ("startup_free_memory", "profiling_free_changed")
     put("vllm.cotenant_check", check, where if check else None)
-    short = None
-    if primary is not None and kind == "startup_free_memory":
-        free, requested = primary.data.get("free"), primary.data.get("requested")
-        if isinstance(free, int | float) and isinstance(requested, int | float):
-            short = round(float(requested) - float(free), 4)
+    short = budget.startup_short_gib if isinstance(budget, VllmBudget) else None
     put("vllm.startup_short_gib", short, where if short is not None else None)
     mm = incident.facts_of("vllm_mm_profile")
     put("vllm.mm_profile", bool(mm), *(m.line for m in mm[:1]))
