@@ -133,14 +133,15 @@ COMPUTED = [
     ),
     # y 0.75, pre 50.00, post 10.00: y0 = 1 − 10/50 = 0.80. 0.5.10 reserve on a 51.35 GiB card
     # (no common card within 8%): 512 + 1.5·8192 + 1/8·1024 + 2·32 (graph bs 32 below 60 GiB) =
-    # 12992 MiB = 12.69 GiB -> y_max = 1 − 12.6875/50 = 0.7463 < 0.80: empty window. Start just
-    # past y_min: round_up(0.80 + 0.01) = 0.81; KV = 10 − 0.19·50 = 0.50, dynamic 9.50 GiB
-    # (above the 2 GiB floor), then halve chunked prefill 8192 -> 4096 (1.5·4096/1024 = 6.0 GiB).
+    # 12992 MiB = 12.69 GiB -> y_max = (51.35 − 12.6875)/51.35 = 0.7529 (SGLang's own
+    # denominator, the card) < 0.80: empty window. Start just past y_min: round_up(0.80 + 0.01)
+    # = 0.81; KV = 10 − 0.19·50 = 0.50, dynamic 9.50 GiB (above the 2 GiB floor), less than the
+    # (1 − 0.7529)·50 = 12.35 GiB y_max leaves; then halve chunked prefill 8192 -> 4096.
     pytest.param(
         "raise_mem_fraction/sglang",
         "SG_STARTUP_KV_EMPTY_WINDOW",
         Want(0, "--mem-fraction-static", "raise", 0.81, 0.75),
-        ("y ≥ 0.800", "y ≤ 0.746", "0.50 GiB", "only 9.50 GiB"),
+        ("y ≥ 0.800", "y ≤ 0.753", "0.50 GiB", "only 9.50 GiB", "12.35 GiB that y ≤ 0.753"),
         id="raise-sglang-empty-window",
     ),
     # Omni colocated stage: budget 0.40 × 140.40 GiB < 58.05 GiB held: floor 58.05/140.40 =

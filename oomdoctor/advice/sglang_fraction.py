@@ -143,7 +143,8 @@ def _raise_into_empty_window(ctx: Context, y_min: float) -> list[Action]:
         Action(
             text=f"{head} To start now, set {FLAG} {_fmt_y(rec)} (today {_fmt_y(b.mem_fraction_static)}): "
             f"the KV pool gets {kv:.2f} GiB{_tokens(ctx, kv)}, but only {dynamic:.2f} GiB is left "
-            f"for activations, less than the {b.reserve_gib or 0:.2f} GiB planned, {shrink}. "
+            f"for activations, less than the {targets.dynamic_at(b.window.high, b.pre_gib):.2f} GiB "
+            f"that y ≤ {b.window.high:.3f} leaves, {shrink}. "
             f"Durable fixes follow.{unknown}",
             flag=FLAG,
             direction="raise",

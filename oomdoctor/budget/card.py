@@ -63,8 +63,10 @@ def card_at(b: SglangBudget, y: float | None, around: Surroundings) -> Card | No
         parts["held"] = held
     parts["weights"] = b.weights_gib
     parts["kv"] = max(kv, 0.0)
-    # a negative pool leaves only post for activations
-    parts["dynamic"] = dynamic_at(y, b.pre_gib) if kv >= 0 else b.post_gib
+    if kv >= 0:
+        parts["dynamic"] = dynamic_at(y, b.pre_gib)
+    else:  # no pool: what the weights leave (post) is all there is, less than the dynamic share
+        parts["left"] = max(b.post_gib, 0.0)
     if capacity is not None and held is not None:
         free = capacity - sum(v for v in parts.values() if v is not None)
         if free > MIN_FREE_GIB:

@@ -1,22 +1,37 @@
 """`oomdoctor plan`: the budget of DESIGN §2 before a launch, from the card and the model.
 
-It produces the same SglangBudget that `diagnose` rebuilds from a log (one JSON object for both), plus
-what a launch needs to know: tokens, concurrency at the context length, a verdict, and a command.
+It produces the same SglangBudget that `diagnose` rebuilds from a log (one JSON object for both),
+plus what a launch needs to know: tokens, concurrency at the context length, the problems worst
+first, the smallest change of --mem-fraction-static that works, and, where no fraction works,
+the levers that do (plan_levers.py), each with a launch command that was checked to work.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import NamedTuple
 
 from oomdoctor.budget import sglang_defaults
 from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB, kv_at, round_down, round_up
 from oomdoctor.budget.model_config import ModelShape
+from oomdoctor.budget.targets import RAISE_MARGIN
 from oomdoctor.incident.versions import key
 from oomdoctor.model import Scalar, SglangBudget, Window
 
 #: NCCL adds a little to the context overhead with tensor or pipeline parallelism.
 NCCL_GIB = 0.3
 CONTEXT_GIB = CONTEXT_OVERHEAD_GIB
+#: Online FP8 (`--quantization fp8`) stores linear layers in one byte; embeddings and the LM head
+#: stay 16-bit. Without the model's shape the FP8 size is taken as this share of a 16-bit one.
+FP8_SHARE_WITHOUT_SHAPE = 0.55
+
+#: The problems a launch can have, worst first; the verdict is the first one present.
+PROBLEMS = ("will_not_start", "context_does_not_fit", "thin_headroom")
+#: `plan`'s exit status per verdict (README "Exit codes"): 1 when the launch fails its purpose.
+EXIT_STATUS = MappingProxyType(
+    {"fine": 0, "thin_headroom": 0, "context_does_not_fit": 1, "will_not_start": 1}
+)
 
 
 @dataclass(frozen=True)
@@ -24,13 +39,14 @@ class PlanInput:
     card_mib: float | None = None
     card_name: str | None = None
     pre_gib: float | None = None  # free memory before weights, when the user knows it
-    weights_gib: float | None = None  # per GPU
-    bytes_per_token: int | None = None
+    weights_gib: float | None = None  # the whole checkpoint; each GPU holds 1/(TP×PP) of it
+    bytes_per_token: int | None = None  # per GPU at `tp`
     model: ModelShape | None = None
     model_path: str | None = None
     tp: int = 1
     pp: int = 1
     kv_cache_dtype: str = "auto"
+    quantization: str | None = None  # "fp8": online FP8 of a 16-bit checkpoint
     context_length: int | None = None
     chunked_prefill_size: int | None = None
     cuda_graph_max_bs: int | None = None
@@ -39,16 +55,76 @@ class PlanInput:
     sglang_version: str = "0.5.23"
 
 
+class Problem(NamedTuple):
+    kind: str  # one of PROBLEMS
+    text: str
+
+
+class Lever(NamedTuple):
+    """A change other than the fraction that makes the launch work, checked by re-planning."""
+
+    name: str  # "tp", "fp8_weights", "fp8_kv", "context", "chunked_prefill"
+    text: str
+    plan: Plan
+
+
 @dataclass(frozen=True)
 class Plan:
     inputs: PlanInput
     budget: SglangBudget
-    verdict: str  # "will_not_start", "thin_headroom", "context_does_not_fit", "fine"
-    summary: str
+    problems: tuple[Problem, ...]
     concurrency: float | None
+    #: the smallest change of --mem-fraction-static that works (None: keep it, or none works)
     recommended: float | None
-    command: str
+    #: the launch command, at the recommended fraction or today's; None when neither works
+    command: str | None
+    levers: tuple[Lever, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def verdict(self) -> str:
+        return self.problems[0].kind if self.problems else "fine"
+
+    @property
+    def summary(self) -> str:
+        if not self.problems:
+            b = self.budget
+            tokens = f" ({b.kv_tokens:,} tokens)" if b.kv_tokens else ""
+            return f"Fine: {b.kv_gib or 0:.2f} GiB of KV{tokens}; keep the launch as it is."
+        first, *rest = self.problems
+        return " ".join([first.text, *(f"Also: {p.text}" for p in rest)])
+
+    @property
+    def works(self) -> bool:
+        """It starts and one full-context request fits (thin headroom is a warning)."""
+        return EXIT_STATUS[self.verdict] == 0
+
+    @property
+    def fine(self) -> bool:
+        return not self.problems
+
+
+def weights_per_gpu(p: PlanInput) -> tuple[float, str] | None:
+    """GiB of weights on one GPU and where the figure comes from."""
+    ranks = p.tp * p.pp
+    fp8 = p.quantization == "fp8"
+    if p.weights_gib is not None:
+        total = p.weights_gib * (FP8_SHARE_WITHOUT_SHAPE if fp8 else 1.0)
+        how = f"--weights {p.weights_gib:.2f} GiB" + (
+            f" × {FP8_SHARE_WITHOUT_SHAPE} in FP8 (linear layers in one byte, embeddings 16-bit)"
+            if fp8
+            else ""
+        )
+        return total / ranks, how + (f" ÷ {ranks} GPUs (TP×PP)" if ranks > 1 else "")
+    if p.model is None:
+        return None
+    m = p.model
+    total_bytes = m.weight_bytes
+    if fp8:  # embeddings and LM head (2·vocab·hidden) stay at the model dtype
+        embed = 2 * m.vocab * m.hidden * m.dtype_bytes
+        total_bytes = (total_bytes - embed) / m.dtype_bytes + embed
+    how = f"the {m.weights_from}" + (", linear layers in FP8" if fp8 else "")
+    return total_bytes / ranks / GIB, how + (f" ÷ {ranks} GPUs (TP×PP)" if ranks > 1 else "")
 
 
 def _args(p: PlanInput) -> dict[str, Scalar]:
@@ -62,33 +138,39 @@ def _args(p: PlanInput) -> dict[str, Scalar]:
     return args
 
 
-def make(p: PlanInput) -> Plan:
-    """Compute the plan; raises ValueError when the inputs cannot give a budget."""
-    notes: list[str] = []
-    era = sglang_defaults.era_of(p.sglang_version, p.sglang_version)
+def _pre_and_card(p: PlanInput, notes: list[str]) -> tuple[float, float]:
     if p.pre_gib is not None:
         pre = p.pre_gib
-        pre_note = "given"
     elif p.card_mib is not None:
         overhead = CONTEXT_GIB + (NCCL_GIB if p.tp * p.pp > 1 else 0.0)
         pre = p.card_mib / 1024 - overhead
-        pre_note = f"estimated: memory.total {p.card_mib / 1024:.2f} GiB − {overhead:.2f} GiB of CUDA context"
-        notes.append(f"pre is {pre_note}; give --pre-load-memory when a log shows the real value")
+        notes.append(
+            f"pre is estimated: memory.total {p.card_mib / 1024:.2f} GiB − {overhead:.2f} GiB of "
+            "CUDA context; give --pre-load-memory when a log shows the real value"
+        )
     else:
         raise ValueError("give the card (--gpu NAME or --gpu-mem SIZE) or --pre-load-memory")
+    if pre <= 0:
+        raise ValueError("the memory free before weights must be more than 0")
     card_mib = p.card_mib if p.card_mib is not None else (pre + CONTEXT_GIB) * 1024
     if p.card_mib is None:
         notes.append(
             f"the card is not given: its memory is taken as pre + {CONTEXT_GIB:.2f} GiB of context "
             "(give --gpu or --gpu-mem for SGLang's default fraction and reserve of a real card)"
         )
+    return pre, card_mib
 
-    weights = p.weights_gib
-    if weights is None and p.model is not None:
-        weights = p.model.weights_gib_per_gpu(p.tp, p.pp)
-        notes.append(f"weights {weights:.2f} GiB per GPU, from the {p.model.weights_from}")
-    if weights is None:
+
+def evaluate(p: PlanInput) -> Plan:
+    """One launch as given (no levers); raises ValueError when the inputs cannot give a budget."""
+    notes: list[str] = []
+    era = sglang_defaults.era_of(p.sglang_version, p.sglang_version)
+    pre, card_mib = _pre_and_card(p, notes)
+    per_gpu = weights_per_gpu(p)
+    if per_gpu is None:
         raise ValueError("give the model (--model DIR|config.json) or --weights SIZE")
+    weights, weights_how = per_gpu
+    notes.append(f"weights {weights:.2f} GiB per GPU, from {weights_how}")
     bpt = p.bytes_per_token
     if bpt is None and p.model is not None:
         bpt = p.model.bytes_per_token(p.tp, p.kv_cache_dtype)
@@ -106,8 +188,6 @@ def make(p: PlanInput) -> Plan:
     reserve = sglang_defaults.reserve(card_mib, args, era)
     y_zero = 1 - post / pre
     need = context * bpt / GIB if context and bpt else 0.0
-    y_min = y_zero + need / pre
-    y_max = 1 - reserve.gib / pre
     budget = SglangBudget(
         pre_gib=pre,
         post_gib=post,
@@ -123,71 +203,111 @@ def make(p: PlanInput) -> Plan:
         capacity_gib=card_mib / 1024,
         y_zero=y_zero,
         window=Window(
-            y_min,
+            y_zero + need / pre,
             (
                 f"a KV pool for one request of the context length: {context} tokens × {bpt} B = "
                 f"{need:.2f} GiB"
                 if need
                 else "a KV pool that is not empty"
             ),
-            y_max,
-            f"a runtime reserve of {reserve.gib:.2f} GiB ({reserve.basis})",
+            sglang_defaults.ceiling(card_mib, reserve),
+            f"a runtime reserve of {reserve.gib:.2f} GiB of the {card_mib / 1024:.2f} GiB card "
+            f"({reserve.basis})",
         ),
         reserve_gib=reserve.gib,
     )
     concurrency = tokens / context if tokens and context else None
-    verdict, summary = _verdict(budget, tokens, context)
-    recommended = _recommend(budget) if verdict != "fine" else None
-    return Plan(
-        inputs=p,
-        budget=budget,
-        verdict=verdict,
-        summary=summary,
-        concurrency=concurrency,
-        recommended=recommended,
-        command=_command(p, recommended if recommended is not None else y, context),
-        notes=tuple(notes),
-    )
+    problems = _problems(budget, tokens, context)
+    draft = Plan(p, budget, problems, concurrency, None, None, notes=tuple(notes))
+    return replace(draft, command=command(p, y, context) if draft.works else None)
 
 
-def _verdict(b: SglangBudget, tokens: int | None, context: int | None) -> tuple[str, str]:
+def make(p: PlanInput) -> Plan:
+    """The plan: today's launch, the smallest fraction change that works, else the levers."""
+    from oomdoctor.budget import plan_levers
+
+    now = evaluate(p)
+    if now.fine:
+        return now
+    fixed = fixed_by_fraction(now)
+    if fixed is not None:
+        return replace(now, recommended=fixed.budget.mem_fraction_static, command=fixed.command)
+    return replace(now, levers=plan_levers.find(now))
+
+
+def _problems(b: SglangBudget, tokens: int | None, context: int | None) -> tuple[Problem, ...]:
     assert b.kv_gib is not None and b.dynamic_gib is not None and b.mem_fraction_static is not None
-    y = b.mem_fraction_static
-    if b.kv_gib <= 0:
-        return "will_not_start", (
-            f"Will not start: at --mem-fraction-static {y:.3f} the static share "
-            f"{b.static_gib or 0:.2f} GiB does not cover the weights ({b.weights_gib or 0:.2f} GiB); "
-            f"the KV pool would be {b.kv_gib:.2f} GiB."
+    y, high = b.mem_fraction_static, b.window.high
+    found: list[Problem] = []
+    if b.post_gib is not None and b.post_gib <= 0:
+        found.append(
+            Problem(
+                "will_not_start",
+                f"Will not start: the weights per GPU ({b.weights_gib or 0:.2f} GiB) are more than "
+                f"the memory free before loading ({b.pre_gib or 0:.2f} GiB); no fraction holds them.",
+            )
         )
-    if b.reserve_gib is not None and b.dynamic_gib < b.reserve_gib:
-        return "thin_headroom", (
-            f"Starts, but activation headroom is thin: {b.dynamic_gib:.2f} GiB left for activations "
-            f"and CUDA graphs, less than the {b.reserve_gib:.2f} GiB SGLang would reserve."
+    elif b.kv_gib <= 0:
+        found.append(
+            Problem(
+                "will_not_start",
+                f"Will not start: at --mem-fraction-static {y:.3f} the static share "
+                f"{b.static_gib or 0:.2f} GiB does not cover the weights "
+                f"({b.weights_gib or 0:.2f} GiB per GPU); the KV pool would be {b.kv_gib:.2f} GiB.",
+            )
         )
-    if tokens is not None and context is not None and tokens < context:
-        return "context_does_not_fit", (
-            f"Starts, but one request of the full context ({context} tokens) does not fit in the "
-            f"{tokens}-token KV pool."
+    elif tokens is not None and context is not None and tokens < context:
+        found.append(
+            Problem(
+                "context_does_not_fit",
+                f"One request of the full context ({context:,} tokens) does not fit: the KV pool "
+                f"holds {tokens:,} tokens ({tokens / context:.2f} of such a request).",
+            )
         )
-    return "fine", f"Fine: {b.kv_gib:.2f} GiB of KV" + (
-        f" ({tokens:,} tokens)" if tokens else ""
-    ) + "."
+    if high is not None and round(y, 3) > round(high, 3):
+        found.append(
+            Problem(
+                "thin_headroom",
+                f"Activation headroom is thin: y {y:.3f} is above {high:.3f}, the most that leaves "
+                f"SGLang's runtime reserve ({b.reserve_gib or 0:.2f} GiB on this card) outside the "
+                f"static share; {b.dynamic_gib:.2f} GiB is left for activations and CUDA graphs.",
+            )
+        )
+    return tuple(found)
 
 
-def _recommend(b: SglangBudget) -> float | None:
-    low, high = b.window.low, b.window.high
-    if low is None or high is None or b.window.empty:
+def fixed_by_fraction(now: Plan) -> Plan | None:
+    """The smallest move of y that clears every problem, checked by re-planning (None: none)."""
+    b = now.budget
+    low, high, y = b.window.low, b.window.high, b.mem_fraction_static
+    if low is None or high is None or y is None or low >= high:
         return None
-    return max(round_up(low + 0.01), min(round((low + high) / 2, 2), round_down(high)))
+    if y <= low:  # raise, with a little room above the least workable value
+        candidates = [
+            round_up(low + RAISE_MARGIN),
+            round_up(low + 0.005, 0.005),
+            round_up(low, 0.001),
+        ]
+    else:  # lower to the ceiling
+        candidates = [round_down(high), round_down(high, 0.005), round_down(high, 0.001)]
+    for value in candidates:
+        if low < value <= high:
+            plan = evaluate(with_fraction(now.inputs, value))
+            if plan.fine:
+                return plan
+    return None
 
 
-def _command(p: PlanInput, y: float, context: int | None) -> str:
+def command(p: PlanInput, y: float, context: int | None) -> str:
     parts = ["python -m sglang.launch_server", f"--model-path {p.model_path or 'MODEL'}"]
     if p.tp > 1:
         parts.append(f"--tp-size {p.tp}")
     if p.pp > 1:
         parts.append(f"--pp-size {p.pp}")
-    parts.append(f"--mem-fraction-static {y:.2f}")
+    fmt = f"{y:.2f}" if round(y, 2) == round(y, 4) else f"{y:.3f}"
+    parts.append(f"--mem-fraction-static {fmt}")
+    if p.quantization:
+        parts.append(f"--quantization {p.quantization}")
     if p.context_length:
         parts.append(f"--context-length {context}")
     if p.kv_cache_dtype not in ("auto", ""):

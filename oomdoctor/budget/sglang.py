@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.budget import sglang_defaults
+from oomdoctor.budget import cards, sglang_defaults
 from oomdoctor.budget.formulas import (
     CONTEXT_OVERHEAD_GIB,
     GIB,
@@ -185,15 +185,18 @@ def build(incident: Incident, primary: Failure | None) -> SglangBudget:
             gpu_gib = capacity
             if gpu_gib is None:
                 estimate = pre + CONTEXT_OVERHEAD_GIB
-                card = sglang_defaults.guess_card(estimate * 1024)
+                card = cards.guess(estimate * 1024)
                 gpu_gib = card[1] / 1024 if card else estimate
             era = sglang_defaults.era_of(incident.version.low, incident.version.high)
             args = dict(incident.server_args)
             args.setdefault("tp_size", incident.tp_size)
             res = sglang_defaults.reserve(gpu_gib * 1024, args, era)
             reserve = res.gib
-            y_max = 1.0 - reserve / pre
-            y_max_basis = f"a runtime reserve of {res.gib:.2f} GiB ({res.basis})"
+            y_max = sglang_defaults.ceiling(gpu_gib * 1024, res)
+            y_max_basis = (
+                f"a runtime reserve of {res.gib:.2f} GiB of the {gpu_gib:.2f} GiB card "
+                f"({res.basis})"
+            )
     if stage is not None and kv is not None:  # the stage's own figure, by whichever formula ran
         ranks = tuple(r._replace(kv_gib=kv) if r.stage == stage.stage else r for r in ranks)
 

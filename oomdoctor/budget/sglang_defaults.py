@@ -14,43 +14,6 @@ from typing import NamedTuple
 from oomdoctor.incident.versions import key
 from oomdoctor.model import Scalar
 
-#: nvidia-smi memory.total of common cards (MiB); the reference §4 gives most of them.
-CARDS_MIB: tuple[tuple[str, int], ...] = (
-    ("T4", 15360),
-    ("A10", 23028),
-    ("L4", 23034),
-    ("RTX 4090", 24564),
-    ("RTX 5090", 32607),
-    ("A100-40G", 40960),
-    ("L40S", 46068),
-    ("RTX 6000 Ada", 49140),
-    ("H100-80G", 81559),
-    ("A100-80G", 81920),
-    ("H800", 81559),
-    ("H100-NVL", 95830),
-    ("H20", 97871),
-    ("GH200", 97871),
-    ("H200", 143771),
-    ("H20-141G", 143771),
-    ("B200", 183359),
-    ("MI300X", 196592),
-    ("MI325X", 262144),
-)
-
-
-def card(name: str) -> tuple[str, int] | None:
-    """A card by a forgiving name: ``H100-80G``, ``h100 80gb``, ``A100_80GB`` all work."""
-    want = _card_key(name)
-    for label, mib in CARDS_MIB:
-        if _card_key(label) == want or _card_key(label).replace("g", "gb") == want:
-            return label, mib
-    matches = [(label, mib) for label, mib in CARDS_MIB if want and want in _card_key(label)]
-    return matches[0] if len({mib for _, mib in matches}) == 1 else None
-
-
-def _card_key(name: str) -> str:
-    return "".join(c for c in name.lower() if c.isalnum())
-
 
 class Reserve(NamedTuple):
     mib: float
@@ -77,7 +40,7 @@ def _prefill_graph_sizes(max_bs: int) -> int:
     return count
 
 
-def _chunked_default(gpu_mib: float, era: str) -> int:
+def chunked_default(gpu_mib: float, era: str) -> int:
     gib = gpu_mib / 1024
     if gib < 20 or (era == "0.5.10" and gib < 35):
         return 2048
@@ -131,7 +94,7 @@ def reserve(gpu_mib: float, args: Mapping[str, Scalar], era: str) -> Reserve:
         chunked = _int(args, "chunked_prefill_size")
         if chunked is None or chunked <= 0:
             chunked = _int(args, "max_prefill_tokens") if chunked == -1 else None
-        chunked = chunked or _chunked_default(gpu_mib, era)
+        chunked = chunked or chunked_default(gpu_mib, era)
         bs = _int(args, "cuda_graph_max_bs") or _decode_bs_default(gpu_mib, tp, era)
         mla = "deepseek" in str(args.get("model_path", "")).lower()
         graphs = bs * 2.0
@@ -189,15 +152,13 @@ def reserve(gpu_mib: float, args: Mapping[str, Scalar], era: str) -> Reserve:
     return Reserve((1 - f) * gpu_mib, f"SGLang 0.3.6 default fraction {f:.2f} for TP={tp}")
 
 
+def ceiling(gpu_mib: float, r: Reserve) -> float:
+    """The largest y that keeps SGLang's reserve outside the static share, in SGLang's own
+    terms: the reserve is a share of the card, ``(gpu_mem − reserved) / gpu_mem``. This is the
+    default SGLang picks, so the default is never above the window it bounds."""
+    return (gpu_mib - r.mib) / gpu_mib
+
+
 def default_fraction(gpu_mib: float, args: Mapping[str, Scalar], era: str) -> float:
     """What SGLang would pick for --mem-fraction-static on this card (before VLM factors)."""
-    r = reserve(gpu_mib, args, era)
-    return round((gpu_mib - r.mib) / gpu_mib, 3)
-
-
-def guess_card(capacity_mib: float) -> tuple[str, int] | None:
-    """The common card whose memory.total is closest above an estimated capacity (within 8%)."""
-    for name, mib in CARDS_MIB:
-        if capacity_mib <= mib <= capacity_mib * 1.08:
-            return name, mib
-    return None
+    return round(ceiling(gpu_mib, reserve(gpu_mib, args, era)), 3)

@@ -28,48 +28,131 @@ def _size_gib(value: str | None, option: str) -> float | None:
     if not m:
         fail(f"{option}: cannot read {value!r} as a size", "e.g. 80GiB, 81559MiB or 78", EXIT_USAGE)
     unit = (m.group(2) or "G")[0].upper()
-    return float(m.group(1)) * {"G": 1.0, "M": 1 / 1024, "T": 1024.0}[unit]
+    gib = float(m.group(1)) * {"G": 1.0, "M": 1 / 1024, "T": 1024.0}[unit]
+    if not 0 < gib <= MAX_SIZE_GIB:
+        fail(
+            f"{option}: {value!r} is not a size a GPU holds",
+            "more than 0, at most 4 TiB",
+            EXIT_USAGE,
+        )
+    return gib
+
+
+#: No GPU (or checkpoint shard per GPU) is larger than this; a bigger size is a typo.
+MAX_SIZE_GIB = 4096.0
+
+
+#: --kv-cache-dtype values SGLang accepts (server_args.py choices across 0.4–0.5.23).
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16", "fp4_e2m1")
+
+
+def _version(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    import re
+
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?([.+-]?\w+)*", value):
+        raise click.BadParameter(f"{value!r} is not a version such as 0.5.23")
+    return value
 
 
 @click.command()
 @click.option(
-    "--gpu", "gpu_name", metavar="NAME", help="A card by name: H100-80G, A100-40G, H200, L4, ..."
+    "--gpu",
+    "gpu_name",
+    metavar="NAME",
+    help="The card by name: H100, H100-80G, A100-40G, H200, L4, or nvidia-smi's product name "
+    "('NVIDIA H100 80GB HBM3').",
 )
 @click.option("--gpu-mem", metavar="SIZE", help="The card's memory.total, e.g. 80GiB or 81559MiB.")
 @click.option(
     "--pre-load-memory",
     metavar="SIZE",
-    help="Free memory before weights load, if known (a log's `Load weight begin. avail mem`).",
+    help="Free memory per GPU before the weights load, if known (a log's `Load weight begin. "
+    "avail mem=`). Default: the card's memory less the CUDA context.",
 )
 @click.option(
     "--model",
     "model_path",
     metavar="DIR|config.json",
-    help="A local model directory or its config.json.",
+    help="A local model directory or its config.json (weights and KV size per token from it).",
 )
-@click.option("--weights", metavar="SIZE", help="Weights per GPU (instead of --model).")
+@click.option(
+    "--weights",
+    metavar="SIZE",
+    help="Total weights of the checkpoint, all GPUs together (instead of --model); each GPU "
+    "holds SIZE ÷ (TP×PP).",
+)
 @click.option(
     "--kv-bytes-per-token",
-    type=int,
+    type=click.IntRange(1),
     metavar="N",
-    help="KV bytes per token per GPU (instead of --model).",
+    help="KV bytes per token on one GPU at the given --tp (instead of --model).",
 )
-@click.option("--tp", "--tp-size", "tp", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--pp", "--pp-size", "pp", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--kv-cache-dtype", default="auto", show_default=True)
-@click.option("--context-length", type=click.IntRange(1))
-@click.option("--chunked-prefill-size", type=int)
-@click.option("--cuda-graph-max-bs", type=click.IntRange(1))
-@click.option("--max-running-requests", type=click.IntRange(1))
+@click.option(
+    "--tp",
+    "--tp-size",
+    "tp",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel size.",
+)
+@click.option(
+    "--pp",
+    "--pp-size",
+    "pp",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Pipeline-parallel size.",
+)
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(KV_CACHE_DTYPES, case_sensitive=False),
+    default="auto",
+    show_default=True,
+    help="KV cache dtype, as SGLang's flag (auto: the model's dtype).",
+)
+@click.option(
+    "--quantization",
+    type=click.Choice(["fp8"], case_sensitive=False),
+    help="Online FP8 weights of a 16-bit checkpoint, as SGLang's --quantization fp8.",
+)
+@click.option(
+    "--context-length",
+    type=click.IntRange(1),
+    help="Tokens one request may hold (default: the model's max_position_embeddings).",
+)
+@click.option(
+    "--chunked-prefill-size",
+    type=click.IntRange(1),
+    help="SGLang's prefill chunk in tokens (default: SGLang's for the card).",
+)
+@click.option(
+    "--cuda-graph-max-bs",
+    type=click.IntRange(1),
+    help="Largest CUDA-graph batch (default: SGLang's for the card).",
+)
+@click.option(
+    "--max-running-requests",
+    type=click.IntRange(1),
+    help="Passed through to the launch command.",
+)
 @click.option(
     "--mem-fraction-static",
-    type=click.FloatRange(0.01, 1.0),
-    help="Default: what SGLang would pick.",
+    type=click.FloatRange(0.01, 0.99),
+    help="The fraction to check (default: what SGLang would pick for the card).",
 )
-@click.option("--sglang-version", default="0.5.23", show_default=True)
-@format_option(None)
-@click.option("-o", "--output", metavar="FILE")
+@click.option(
+    "--sglang-version",
+    default="0.5.23",
+    show_default=True,
+    callback=_version,
+    help="SGLang release whose defaults and reserve to use.",
+)
+@format_option()
+@click.option("-o", "--output", metavar="FILE", help="Write the plan to FILE instead of stdout.")
 @click.option("--svg", metavar="FILE", help="Also draw the card as an SVG file.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 whatever the verdict.")
 def plan(
     gpu_name: str | None,
     gpu_mem: str | None,
@@ -80,6 +163,7 @@ def plan(
     tp: int,
     pp: int,
     kv_cache_dtype: str,
+    quantization: str | None,
     context_length: int | None,
     chunked_prefill_size: int | None,
     cuda_graph_max_bs: int | None,
@@ -89,30 +173,38 @@ def plan(
     fmt: str,
     output: str | None,
     svg: str | None,
+    exit_zero: bool,
 ) -> None:
-    """What-if budget before a launch: KV GiB and tokens, the workable --mem-fraction-static window,
-    and a launch command. The worked example of DESIGN §2:
+    """What-if budget before a launch: the KV pool in GiB and tokens, the workable
+    --mem-fraction-static window, the smallest change that works (or the levers that do, when no
+    fraction does), and a launch command that was checked to work.
 
+    Exit status: 0 fine (or thin headroom, a warning); 1 the server will not start, or one
+    request of the full context does not fit; 2 bad options.
+
+    \b
+    oomdoctor plan --gpu H100 --model ./Llama-3.1-8B-Instruct --context-length 32768
     oomdoctor plan --pre-load-memory 78GiB --weights 60GiB --mem-fraction-static 0.70
     """
     import json
 
-    from oomdoctor.budget import model_config, sglang_defaults
-    from oomdoctor.budget.plan import PlanInput, make
+    from oomdoctor.budget import cards, model_config
+    from oomdoctor.budget.plan import EXIT_STATUS, PlanInput, make
     from oomdoctor.report import plan_report
 
     card_mib: float | None = None
     card_label = None
     if gpu_name:
-        found = sglang_defaults.card(gpu_name)
+        found = cards.find(gpu_name)
         if found is None:
-            names = ", ".join(n for n, _ in sglang_defaults.CARDS_MIB)
+            near = cards.nearest(gpu_name)
             fail(
-                f"--gpu: unknown card {gpu_name!r}",
-                f"known: {names}; or give --gpu-mem SIZE",
+                f"--gpu: unknown card {gpu_name!r}"
+                + (f"; did you mean {' or '.join(near)}?" if near else ""),
+                f"known: {', '.join(c.label for c in cards.CARDS)}; or give --gpu-mem SIZE",
                 EXIT_USAGE,
             )
-        card_label, card_mib = found[0], float(found[1])
+        card_label, card_mib = found.label, float(found.mib)
     elif gpu_mem:
         card_mib = (_size_gib(gpu_mem, "--gpu-mem") or 0.0) * 1024
         card_label = f"{card_mib:.0f} MiB card"
@@ -132,7 +224,8 @@ def plan(
         model_path=model_path,
         tp=tp,
         pp=pp,
-        kv_cache_dtype=kv_cache_dtype,
+        kv_cache_dtype=kv_cache_dtype.lower(),
+        quantization=quantization.lower() if quantization else None,
         context_length=context_length,
         chunked_prefill_size=chunked_prefill_size,
         cuda_graph_max_bs=cuda_graph_max_bs,
@@ -157,3 +250,4 @@ def plan(
             data, color=to_terminal and "NO_COLOR" not in os.environ, width=max(width, 60)
         )
     write_output(text, output)
+    sys.exit(0 if exit_zero else EXIT_STATUS[result.verdict])

@@ -19,6 +19,7 @@ PARTS: tuple[tuple[str, str, str, str], ...] = (
     ("weights", "weights", "W", "#1f77b4"),
     ("kv", "KV cache", "K", "#2ca02c"),
     ("dynamic", "dynamic share (activations, graphs)", "d", "#ff7f0e"),
+    ("left", "left after the weights (no KV pool)", "d", "#ff7f0e"),
     ("free", "free", ".", "#eeeeee"),
 )
 _SHORT = MappingProxyType(
@@ -28,6 +29,7 @@ _SHORT = MappingProxyType(
         "weights": "weights",
         "kv": "KV cache",
         "dynamic": "dynamic share",
+        "left": "left after weights",
         "free": "free",
     }
 )

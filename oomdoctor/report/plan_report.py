@@ -1,4 +1,8 @@
-"""The plan as a report dict (the same `budget` object as diagnose) and its text and Markdown."""
+"""The plan as a report dict (the same `budget` object as diagnose) and its text and Markdown.
+
+Both renderings lead with the fix: the verdict in one sentence, the change as a launch-flag diff,
+why, the levers when no fraction works, then the numbers.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,13 @@ from typing import Any
 
 from oomdoctor import __version__
 from oomdoctor.budget import card
-from oomdoctor.budget.plan import Plan
+from oomdoctor.budget.plan import EXIT_STATUS, Plan
+from oomdoctor.budget.targets import RAISE_MARGIN
 from oomdoctor.report import picture
 from oomdoctor.report.budget_json import budget_dict
 from oomdoctor.report.build import SCHEMA_VERSION
+
+FLAG = "--mem-fraction-static"
 
 
 def build(plan: Plan) -> dict[str, Any]:
@@ -33,17 +40,33 @@ def build(plan: Plan) -> dict[str, Any]:
             "model_type": model.model_type if model else None,
             "params_billion": round(model.params / 1e9, 2) if model else None,
             "weights_from": model.weights_from if model and p.weights_gib is None else "given",
+            "weights_total_gib": p.weights_gib,
             "tp": p.tp,
             "pp": p.pp,
             "kv_cache_dtype": p.kv_cache_dtype,
+            "quantization": p.quantization,
             "sglang_version": p.sglang_version,
             "verdict": plan.verdict,
+            "exit_status": EXIT_STATUS[plan.verdict],
             "summary": plan.summary,
+            "problems": [{"kind": x.kind, "text": x.text} for x in plan.problems],
             "concurrency_at_context": None
             if plan.concurrency is None
             else round(plan.concurrency, 2),
             "recommended_mem_fraction_static": plan.recommended,
+            "why": _why(plan),
             "command": plan.command,
+            "levers": [
+                {
+                    "lever": lever.name,
+                    "text": lever.text,
+                    "command": lever.plan.command,
+                    "mem_fraction_static": lever.plan.budget.mem_fraction_static,
+                    "kv_gib": _r(lever.plan.budget.kv_gib),
+                    "kv_tokens": lever.plan.budget.kv_tokens,
+                }
+                for lever in plan.levers
+            ],
         },
         "budget": budget_dict(b),
         "picture": {"before": before, "after": after, "svg": None} if before else None,
@@ -51,8 +74,86 @@ def build(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _why(plan: Plan) -> str | None:
+    """Why the recommended fraction, in the window's own terms."""
+    b, rec = plan.budget, plan.recommended
+    low, high = b.window.low, b.window.high
+    if low is None or high is None:
+        return None
+    if plan.fine:
+        return (
+            f"{FLAG} {b.mem_fraction_static:.3f} is inside the workable window {low:.3f} – "
+            f"{high:.3f}: above {low:.3f} for {b.window.low_basis}, and at most {high:.3f} for "
+            f"{b.window.high_basis}."
+        )
+    if rec is None and low > 1:
+        return (
+            f"The weights per GPU ({b.weights_gib or 0:.2f} GiB) need more than the "
+            f"{b.pre_gib or 0:.2f} GiB free before loading: spread them over more GPUs or store "
+            "them in fewer bytes."
+        )
+    if rec is None:
+        return (
+            f"No {FLAG} works with today's other flags: {low:.3f} is the least for "
+            f"{b.window.low_basis}, but {high:.3f} is the most for {b.window.high_basis}."
+        )
+    if rec > (b.mem_fraction_static or 0):
+        return (
+            f"{rec:g} is the smallest raise that works: {low:.3f} is the least for "
+            f"{b.window.low_basis}, and {rec:g} adds about {RAISE_MARGIN} of margin "
+            f"({RAISE_MARGIN * (b.pre_gib or 0):.2f} GiB of KV pool); it stays at or under "
+            f"{high:.3f}, the most for {b.window.high_basis}."
+        )
+    return (
+        f"{rec:g} is the smallest cut that works: {high:.3f} is the most for "
+        f"{b.window.high_basis}; it stays above {low:.3f}, the least for {b.window.low_basis}."
+    )
+
+
 def _gib(x: float | None) -> str:
     return "unknown" if x is None else f"{x:.2f} GiB"
+
+
+def _diff(plan: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    rec = plan["recommended_mem_fraction_static"]
+    if rec is None:
+        return []
+    return [f"- {FLAG} {b['mem_fraction_static']:.3f}", f"+ {FLAG} {rec:g}"]
+
+
+def _rows(plan: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]:
+    tokens = f"{b['kv_tokens']:,}" if b.get("kv_tokens") else "unknown"
+    per_request = plan["concurrency_at_context"]
+    if b["kv_gib"] is not None and b["kv_gib"] <= 0:
+        tokens = "0 (no pool)"
+        per_request = 0.0
+    rows = [
+        ("free before weights (pre)", _gib(b["pre_gib"])),
+        ("weights per GPU", _gib(b["weights_gib"])),
+        (f"{FLAG} (y)", f"{b['mem_fraction_static']:.3f}"),
+        ("static share y·pre", _gib(b["static_gib"])),
+        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
+        ("KV pool y·pre − weights", _gib(b["kv_gib"])),
+    ]
+    if b.get("bytes_per_token"):
+        rows += [
+            ("KV bytes per token", f"{b['bytes_per_token']:,}"),
+            ("KV tokens", tokens),
+            ("context length", f"{b['context_len']:,}" if b.get("context_len") else "unknown"),
+            ("full-context requests", "unknown" if per_request is None else f"{per_request:.2f}"),
+        ]
+    rows += [
+        ("SGLang's runtime reserve", f"{_gib(b['reserve_gib'])} of the card"),
+        (
+            "workable y (window)",
+            f"{b['y_min']:.3f} – {b['y_max']:.3f}" + (" (empty)" if b.get("window_empty") else ""),
+        ),
+    ]
+    return rows
 
 
 def render_text(rep: dict[str, Any], color: bool = False, width: int = 100) -> str:
@@ -65,44 +166,42 @@ def render_text(rep: dict[str, Any], color: bool = False, width: int = 100) -> s
         file=buf,
         width=width,
         color_system="standard" if color else None,
+        force_terminal=color,
         no_color=not color,
         highlight=False,
         emoji=False,
         markup=False,
     )
     plan, b = rep["plan"], rep["budget"]
-    style = {"fine": "bold green", "will_not_start": "bold red"}.get(plan["verdict"], "bold yellow")
+    style = {"fine": "bold green", "thin_headroom": "bold yellow"}.get(plan["verdict"], "bold red")
     console.print(Text(plan["verdict"].replace("_", " "), style=style))
     console.print(Text(plan["summary"]))
+    console.print()
+    diff = _diff(plan, b)
+    if diff:
+        console.print(Text("What to change", style="bold"))
+        for line in diff:
+            console.print(Text("  " + line, style="red" if line[0] == "-" else "green"))
+    if plan["why"]:
+        console.print(Text("Why: " + plan["why"]))
+    if plan["command"]:
+        console.print(Text("Launch:", style="bold"))
+        console.print(Text("  " + plan["command"]), soft_wrap=True)
+    if plan["levers"]:
+        console.print(Text("What works instead", style="bold"))
+        for i, lever in enumerate(plan["levers"], 1):
+            console.print(Text(f"{i}. {lever['text']}"))
+            console.print(Text("   " + lever["command"]), soft_wrap=True)
+    elif not plan["command"]:
+        console.print(
+            Text("Nothing tried here makes it fit: a larger card or more GPUs (--pp-size).")
+        )
     console.print()
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     what = " on ".join(x for x in (plan["model"], plan["card"]) if x) or "plan"
     table.add_column(f"{what}, TP {plan['tp']}")
     table.add_column("value", justify="right")
-    tokens = f"{b['kv_tokens']:,}" if b.get("kv_tokens") else "unknown"
-    rows = [
-        ("free before weights (pre)", _gib(b["pre_gib"])),
-        ("weights per GPU", _gib(b["weights_gib"])),
-        ("--mem-fraction-static (y)", f"{b['mem_fraction_static']:.3f}"),
-        ("static share y·pre", _gib(b["static_gib"])),
-        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
-        ("KV pool", _gib(b["kv_gib"])),
-        ("bytes per token", f"{b['bytes_per_token']:,}" if b.get("bytes_per_token") else "unknown"),
-        ("KV tokens", tokens),
-        ("context length", str(b["context_len"] or "unknown")),
-        (
-            "requests at full context",
-            "unknown"
-            if plan["concurrency_at_context"] is None
-            else f"{plan['concurrency_at_context']:.2f}",
-        ),
-        ("runtime reserve", _gib(b["reserve_gib"])),
-        (
-            "window y_min – y_max",
-            f"{b['y_min']:.3f} – {b['y_max']:.3f}" + (" (empty)" if b.get("window_empty") else ""),
-        ),
-    ]
-    for name, value in rows:
+    for name, value in _rows(plan, b):
         table.add_row(Text(name), Text(value))
     console.print(table)
     console.print()
@@ -110,15 +209,6 @@ def render_text(rep: dict[str, Any], color: bool = False, width: int = 100) -> s
         console.print(Text("The card", style="bold underline"))
         console.print(Text(picture.bars(rep["picture"])), soft_wrap=True)
         console.print()
-    if plan["recommended_mem_fraction_static"] is not None:
-        console.print(
-            Text(
-                f"Recommended --mem-fraction-static {plan['recommended_mem_fraction_static']:.2f} "
-                f"(inside the window, with room on both sides)."
-            )
-        )
-    console.print(Text("Launch:", style="bold"))
-    console.print(Text("  " + plan["command"]), soft_wrap=True)
     for note in rep["notices"]:
         console.print(Text(f"- {note}", style="dim"))
     return buf.getvalue()
@@ -133,17 +223,25 @@ def render_markdown(rep: dict[str, Any]) -> str:
         "",
         escape(plan["summary"]),
         "",
+    ]
+    diff = _diff(plan, b)
+    if diff:
+        lines += ["### What to change", "", fence("\n".join(diff), "diff"), ""]
+    if plan["why"]:
+        lines += [f"**Why:** {escape(plan['why'])}", ""]
+    if plan["command"]:
+        lines += ["### Launch", "", fence(plan["command"], "sh"), ""]
+    if plan["levers"]:
+        lines += ["### What works instead", ""]
+        for i, lever in enumerate(plan["levers"], 1):
+            lines += [f"{i}. {escape(lever['text'])}", "", fence(lever["command"], "sh"), ""]
+    lines += [
         "| quantity | value |",
         "| --- | --- |",
         f"| card | {escape(plan['card'] or 'unknown')} |",
         f"| model | {escape(plan['model'] or 'unknown')} |",
         f"| tensor parallelism | {plan['tp']} |",
-        f"| free before weights (pre) | {_gib(b['pre_gib'])} |",
-        f"| weights per GPU | {_gib(b['weights_gib'])} |",
-        f"| --mem-fraction-static | {b['mem_fraction_static']:.3f} |",
-        f"| KV pool | {_gib(b['kv_gib'])} |",
-        f"| KV tokens | {b['kv_tokens'] if b.get('kv_tokens') else 'unknown'} |",
-        f"| window y_min – y_max | {b['y_min']:.3f} – {b['y_max']:.3f}{' (empty)' if b.get('window_empty') else ''} |",
+        *(f"| {escape(name)} | {escape(value)} |" for name, value in _rows(plan, b)),
         "",
     ]
     if rep.get("picture"):
@@ -152,6 +250,5 @@ def render_markdown(rep: dict[str, Any]) -> str:
         chart = picture.mermaid(pie, f"the card at y = {pie['y']:.2f}")
         if chart:
             lines += ["```mermaid", chart, "```", ""]
-    lines += ["### Launch", "", fence(plan["command"], "sh"), ""]
     lines += [f"- {escape(n)}" for n in rep["notices"]]
     return "\n".join(lines) + "\n"
