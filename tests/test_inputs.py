@@ -32,8 +32,9 @@ def test_random_binary(tmp_path: Path) -> None:
 def test_empty_input(tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
-    code, rep = _json(empty)
-    assert code == 0 and any("empty" in n for n in rep["notices"])
+    result = CliRunner().invoke(cli, ["diagnose", str(empty), "--format", "json"])
+    assert result.exit_code == 3 and result.stdout == ""
+    assert result.stderr == f"oomdoctor: {empty} is empty: nothing to diagnose\n"
 
 
 def test_invalid_utf8_and_nul_bytes_around_real_lines(tmp_path: Path) -> None:

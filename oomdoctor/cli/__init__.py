@@ -28,6 +28,7 @@ from oomdoctor.cli.snapshot import snapshot
 from oomdoctor.cli.watch import watch
 
 __all__ = [
+    "COMPLETE_VAR",
     "EXIT_INPUT",
     "EXIT_INTERNAL",
     "EXIT_OK",
@@ -36,6 +37,9 @@ __all__ = [
     "cli",
     "main",
 ]
+
+#: The environment variable click reads for shell completion (README: Shell completion).
+COMPLETE_VAR = "_OOMDOCTOR_COMPLETE"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,7 +50,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Why did the SGLang (or vLLM) server run out of GPU memory, and what should change?
 
     Exit codes: 0 no OOM found, 1 an OOM was diagnosed, 2 usage error,
-    3 unreadable input or invalid rule files, 70 internal error.
+    3 unreadable or empty input, or invalid rule files, 70 internal error.
     """
     ctx.obj = {"debug": debug}
 
@@ -62,7 +66,10 @@ def main() -> None:
     """Console entry point: usage errors exit 2, bugs exit 70 with a short message."""
     debug = "--debug" in sys.argv[1:]
     try:
-        cli.main(standalone_mode=False)
+        # The name and the completion variable are fixed, so that `python -m oomdoctor` prints
+        # the same shell-completion script as the console script
+        # (`_OOMDOCTOR_COMPLETE=bash_source oomdoctor`); click exits after printing it.
+        cli.main(prog_name="oomdoctor", complete_var=COMPLETE_VAR, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

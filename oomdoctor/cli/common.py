@@ -41,6 +41,62 @@ def format_option(help: str | None = "Report format.") -> Callable[[_F], _F]:
     )
 
 
+#: ``--color``'s choices; ``auto`` is the default.
+COLOR_CHOICES = ("auto", "always", "never")
+
+
+def color_option() -> Callable[[_F], _F]:
+    """``--color auto|always|never`` (diagnose, watch, plan): decided by :func:`use_color`."""
+    return click.option(
+        "--color",
+        "color",
+        type=click.Choice(COLOR_CHOICES),
+        default="auto",
+        show_default=True,
+        help="Colour the terminal report: auto (on a terminal, unless NO_COLOR is set or "
+        "TERM=dumb; FORCE_COLOR forces it), always (also through a pipe), never. "
+        "Files written with -o never get colour.",
+    )
+
+
+def use_color(choice: str, stream: Any) -> bool:
+    """Whether a report written to ``stream`` gets colour, for ``--color`` ``choice``.
+
+    ``always`` and ``never`` beat the environment. ``auto``: a non-empty ``NO_COLOR``
+    (no-color.org) turns colour off; else a ``FORCE_COLOR`` that is non-empty and not ``0``
+    turns it on even through a pipe; else ``TERM=dumb`` turns it off; else colour iff
+    ``stream`` is a terminal. Never give it the stream of an ``-o`` file: files get no colour.
+    """
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    env = os.environ
+    if env.get("NO_COLOR"):
+        return False
+    force = env.get("FORCE_COLOR")
+    if force and force != "0":
+        return True
+    if env.get("TERM") == "dumb":
+        return False
+    return is_terminal(stream)
+
+
+def is_terminal(stream: Any) -> bool:
+    """``stream.isatty()``, and False for a stream that cannot say (closed, replaced)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion for a file argument (LOG, -o FILE): the shell lists the files."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
 #: ``--no-redact`` as diagnose and watch take it.
 no_redact_option = click.option(
     "--no-redact", is_flag=True, help="Do not mask API keys, tokens and passwords."
@@ -130,9 +186,18 @@ def write_svg(data: dict[str, Any], svg: str | None) -> None:
 
 
 def emit_report(
-    diagnosis: Any, fmt: str, output: str | None, no_redact: bool, svg: str | None, stream: Any
+    diagnosis: Any,
+    fmt: str,
+    output: str | None,
+    no_redact: bool,
+    svg: str | None,
+    stream: Any,
+    color: str = "auto",
 ) -> None:
-    """Build, redact and render the report; write it to ``output`` or to ``stream``."""
+    """Build, redact and render the report; write it to ``output`` or to ``stream``.
+
+    ``color`` is the ``--color`` choice; it applies to ``stream`` only, never to a file.
+    """
     from oomdoctor.report.build import build_report
     from oomdoctor.report.redact import redact_report
     from oomdoctor.report.render import render
@@ -141,10 +206,10 @@ def emit_report(
     if not no_redact:
         data = redact_report(data)
     write_svg(data, svg)
-    to_terminal = not output and stream.isatty()
-    color = to_terminal and "NO_COLOR" not in os.environ
-    width = terminal_width() if to_terminal else 100
-    text = render(data, fmt, color=color, width=max(width, 60))
+    to_stream = not output or output == "-"
+    width = terminal_width() if to_stream and is_terminal(stream) else 100
+    colour = to_stream and use_color(color, stream)
+    text = render(data, fmt, color=colour, width=max(width, 60))
     if output and output != "-":
         write_output(text, output)
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import click
 
@@ -12,6 +12,8 @@ from oomdoctor.cli.common import (
     EXIT_OK,
     EXIT_OOM,
     EXIT_USAGE,
+    color_option,
+    complete_files,
     emit_report,
     fail,
     format_option,
@@ -22,9 +24,16 @@ from oomdoctor.cli.gpu_state import after_capture, capture_fields, gpu_state, li
 
 
 @click.command()
-@click.argument("logs", nargs=-1, metavar="[LOG ...|-]")
+@click.argument("logs", nargs=-1, metavar="[LOG ...|-]", shell_complete=complete_files)
 @format_option()
-@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    shell_complete=complete_files,
+    help="Write the report to FILE instead of stdout.",
+)
+@color_option()
 @click.option(
     "--rules",
     "rule_dirs",
@@ -40,6 +49,7 @@ from oomdoctor.cli.gpu_state import after_capture, capture_fields, gpu_state, li
     "snapshots",
     multiple=True,
     metavar="FILE",
+    shell_complete=complete_files,
     help="GPU state saved on the GPU host: `oomdoctor snapshot` JSON, `nvidia-smi -q -x` XML, or "
     "`nvidia-smi --query-compute-apps/--query-gpu ... --format=csv` (repeat to join two CSVs).",
 )
@@ -50,7 +60,10 @@ from oomdoctor.cli.gpu_state import after_capture, capture_fields, gpu_state, li
     help="The server's CUDA_VISIBLE_DEVICES, to map its ranks to GPUs in the snapshot.",
 )
 @click.option(
-    "--svg", metavar="FILE", help="Also draw the card (now and recommended) as an SVG file."
+    "--svg",
+    metavar="FILE",
+    shell_complete=complete_files,
+    help="Also draw the card (now and recommended) as an SVG file.",
 )
 @click.option(
     "--follow",
@@ -73,6 +86,7 @@ def diagnose(
     logs: tuple[str, ...],
     fmt: str,
     output: str | None,
+    color: str,
     rule_dirs: tuple[str, ...],
     no_redact: bool,
     exit_zero: bool,
@@ -88,7 +102,9 @@ def diagnose(
 
     With no LOG (or "-") the log is read from standard input:
     `python -m sglang.launch_server ... 2>&1 | oomdoctor diagnose -`. Without --snapshot or
-    --no-gpu, the GPUs of this machine are read through NVML when it is available.
+    --no-gpu, the GPUs of this machine are read through NVML when it is available. An input
+    with nothing but whitespace in it is an error (exit 3); files that look like different
+    incidents (another model, release, engine or launch) get a warning.
     """
     if snapshots and no_gpu:
         fail("--snapshot and --no-gpu exclude each other", code=EXIT_USAGE)
@@ -108,6 +124,7 @@ def diagnose(
     rules, knowledge = load_rules_and_knowledge(rule_dirs)
 
     from oomdoctor import pipeline
+    from oomdoctor.cli import inputs
     from oomdoctor.model import OOM_CATEGORIES
     from oomdoctor.read.sources import InputError
 
@@ -125,16 +142,33 @@ def diagnose(
             svg,
             tee,
             engine,
+            color,
         )
     from oomdoctor.read import progress
 
+    surveys = inputs.survey(names, rules, knowledge, heads=len(names) > 1)
+    if all(s is not None and s.blank for s in surveys):
+        fail(inputs.empty_message(names))
+    notices = []
+    for first, second, what in inputs.different_incidents(surveys):
+        click.echo(
+            f"oomdoctor: warning: {first} and {second} look like different incidents "
+            f"({what}); diagnosing them together",
+            err=True,
+        )
+        notices.append(
+            f"{first} and {second} look like different incidents ({what}); "
+            "they were diagnosed together"
+        )
+    stdin = inputs.WatchedInput(sys.stdin.buffer) if "-" in names else None
     gpu = gpu_state(snapshots, no_gpu)
-    bar = progress.for_inputs(names)
+    # rich draws the bar in colour, and read/progress.py takes no colour setting: none at all
+    bar = progress.for_inputs(names) if color != "never" else None
     try:
         diagnosis = pipeline.run(
             names,
             rules,
-            stdin=sys.stdin.buffer,
+            stdin=cast(BinaryIO, stdin) if stdin is not None else sys.stdin.buffer,
             progress=bar,
             gpu=gpu,
             cuda_visible_devices=cuda_visible_devices,
@@ -146,7 +180,16 @@ def diagnose(
     finally:
         if bar is not None:
             bar.close()
-    emit_report(diagnosis, fmt, output, no_redact, svg, sys.stdout)
+    empty = inputs.empty_inputs(names, surveys, diagnosis.incident.notices, stdin)
+    if len(empty) == len(names):
+        fail(inputs.empty_message(empty))
+    for name in empty:  # a 0-byte input has the pipeline's notice already
+        notice = inputs.EMPTY_NOTICE.format(label=inputs.label(name))
+        if notice not in diagnosis.notices:
+            notices.append(notice)
+    if notices:
+        diagnosis = diagnosis._replace(notices=(*diagnosis.notices, *notices))
+    emit_report(diagnosis, fmt, output, no_redact, svg, sys.stdout, color)
     oom = diagnosis.verdict.category in OOM_CATEGORIES
     sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
 
@@ -164,9 +207,11 @@ def _follow(
     svg: str | None,
     tee: bool,
     engine: str = "auto",
+    color: str = "auto",
 ) -> None:
     """`diagnose --follow -`: parse a pipe as it flows, snapshot at the crash, report at EOF."""
     from oomdoctor import pipeline
+    from oomdoctor.cli import inputs
     from oomdoctor.cli.supervise import Capture
     from oomdoctor.model import OOM_CATEGORIES
 
@@ -174,22 +219,26 @@ def _follow(
     parser = pipeline.stream_parser(rules, "<stdin>", capture.crashed, knowledge)
     fd = sys.stdin.fileno()
     out = sys.stdout.fileno()
+    seen = inputs.TextSeen()
     while True:
         data = os.read(fd, 1 << 16)
         if not data:
             break
+        seen.see(data)
         if tee:
             view = memoryview(data)
             while view:
                 view = view[os.write(out, view) :]
         parser.feed(data)
     parser.close()
+    if not seen.text:
+        fail(inputs.empty_message(["-"]))
     capture.wait()
     gpu = after_capture(capture, snapshots, no_gpu)
     diagnosis = pipeline.diagnose(
         parser.incident(), rules, gpu, cuda_visible_devices, None if engine == "auto" else engine
     )
     diagnosis = diagnosis._replace(capture=capture_fields(capture))
-    emit_report(diagnosis, fmt, output, no_redact, svg, sys.stderr if tee else sys.stdout)
+    emit_report(diagnosis, fmt, output, no_redact, svg, sys.stderr if tee else sys.stdout, color)
     oom = diagnosis.verdict.category in OOM_CATEGORIES
     sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)

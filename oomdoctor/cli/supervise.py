@@ -140,9 +140,13 @@ def run(
     out_fd: int = 1,
     err_fd: int = 2,
     grace_s: float = 30.0,
-    on_hang: Callable[[], None] | None = None,
+    on_hang: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> WatchResult:
-    """Run ``command`` to the end (or until killed) and return its status and the capture."""
+    """Run ``command`` to the end (or until killed) and return its status and the capture.
+
+    ``on_hang(child)`` is called once, ``grace_s`` after the crash line, if the child still runs;
+    afterwards its output is still passed through until it exits (or a signal ends it).
+    """
     child = subprocess.Popen(
         list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
@@ -188,7 +192,7 @@ def run(
                 and child.poll() is None
             ):
                 capture.wait(5.0)
-                on_hang()
+                on_hang(child)
                 reported = True
         returncode = child.wait()
         if signals.terminated_at is not None or signals.interrupts:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from oomdoctor.cli.common import (
     EXIT_USAGE,
+    color_option,
+    complete_files,
     emit_report,
     fail,
     format_option,
@@ -22,11 +25,27 @@ from oomdoctor.cli.common import (
 )
 from oomdoctor.cli.gpu_state import after_capture, capture_fields, live_snapshotter
 
+if TYPE_CHECKING:
+    import subprocess
+
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--log", "log_path", metavar="FILE", help="Also append the server's output to FILE.")
-@click.option("-o", "--output", metavar="REPORT", help="Also write the report to REPORT.")
+@click.option(
+    "--log",
+    "log_path",
+    metavar="FILE",
+    shell_complete=complete_files,
+    help="Also append the server's output to FILE.",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="REPORT",
+    shell_complete=complete_files,
+    help="Also write the report to REPORT.",
+)
 @format_option("Format of the REPORT file (the summary on stderr is always text).")
+@color_option()
 @click.option("--always", is_flag=True, help="Report even when the server exits cleanly.")
 @click.option(
     "--grace",
@@ -43,6 +62,7 @@ def watch(
     log_path: str | None,
     output: str | None,
     fmt: str,
+    color: str,
     always: bool,
     grace: float,
     no_gpu: bool,
@@ -56,9 +76,11 @@ def watch(
 
     The GPU snapshot is taken the moment a crash line appears. Exits with the server's status
     (128+N when a signal N ended it); SIGINT/SIGTERM/SIGHUP go to the server's process group.
+    A server that still runs --grace seconds after its crash line is diagnosed anyway; its
+    output keeps passing through until it exits.
     """
     from oomdoctor import pipeline
-    from oomdoctor.cli.supervise import Capture, run
+    from oomdoctor.cli.supervise import TERM_TIMEOUT_S, Capture, run
 
     args = list(command)
     if args and args[0] == "--":
@@ -80,14 +102,29 @@ def watch(
             fail(f"cannot open {log_path}: {exc.strerror or exc}")
     reported = False
 
-    def report_now() -> None:
+    def report_now(running: subprocess.Popen[bytes] | None = None) -> None:
+        """The report; ``running``: a server that had not exited --grace s after its crash."""
         nonlocal reported
         diagnosis = pipeline.diagnose(parser.incident(), rules, after_capture(capture, (), no_gpu))
         diagnosis = diagnosis._replace(capture=capture_fields(capture))
+        if running is not None:
+            note = (
+                f"the server (pid {running.pid}) was still running {grace:g} s after its crash "
+                "line; this report did not wait for it to exit"
+            )
+            diagnosis = diagnosis._replace(notices=(*diagnosis.notices, note))
         sys.stderr.write("\n-- oomdoctor --\n")
-        emit_report(diagnosis, "text", None, no_redact, None, sys.stderr)
+        emit_report(diagnosis, "text", None, no_redact, None, sys.stderr, color)
         if output:
             emit_report(diagnosis, fmt, output, no_redact, None, sys.stderr)
+        if running is not None and running.poll() is None:
+            sys.stderr.write(
+                f"oomdoctor: the server (pid {running.pid}) is still running after the report; "
+                "watch keeps passing its output through until it exits, then exits with its "
+                f"status (Ctrl-C and SIGTERM are passed on to it; a second Ctrl-C, or "
+                f"{TERM_TIMEOUT_S:g} s after SIGTERM, kills it)\n"
+            )
+            sys.stderr.flush()
         reported = True
 
     try:
