@@ -177,7 +177,7 @@ def test_sglang_with_only_load_weight_begin(tmp_path: Path, rules: tuple[Rule, .
     assert _close(b.pre_gib, 78.00)
     assert _close(b.static_gib, 54.60)  # y·pre needs no post: 0.70 × 78
     assert (b.post_gib, b.weights_gib, b.kv_gib, b.y_zero) == (None, None, None, None)
-    assert any("KV cannot be computed" in n for n in b.notices)
+    assert any("`Load weight begin/end` (the KV pool)" in n for n in b.notices)
 
 
 # --- vLLM ---------------------------------------------------------------------------------------

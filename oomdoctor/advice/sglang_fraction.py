@@ -8,6 +8,7 @@ from oomdoctor.advice.sglang_levers import (
     chunked_lever,
     double_tp,
     encoder_input_levers,
+    fragmentation_fix,
     levers_for_empty_window,
     runtime_levers,
     serving_logprobs,
@@ -213,10 +214,14 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
     if y is None or pre is None:
         return [
             Action(
-                text=f"Lower {flag} to give {why} more room"
-                + (f" (at least {size(short + margin)} more)" if short is not None else "")
-                + ". The log lacks server_args or the `Load weight begin` line, so the value "
-                "cannot be computed from it.",
+                text=f"Lower {flag} to give {why} "
+                + (
+                    f"at least {size(short + margin)} more ({size(short)} short + "
+                    f"{size(margin)} margin: more allocations follow the failed one)"
+                    if short is not None
+                    else "more room"
+                )
+                + "; its value cannot be computed without server_args.",
                 flag=flag,
                 direction="lower",
                 current=y,
@@ -273,10 +278,12 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
 
 def lower_fraction(ctx: Context) -> list[Action]:
     levers = runtime_levers(ctx)
+    cheap = fragmentation_fix(ctx)
+    first = [cheap] if cheap is not None else []
     if serving_logprobs(ctx):
         # Logprob memory grows with tokens per batch; a smaller fraction alone rarely fixes it.
-        return levers + lower_action(ctx, "activations")
-    return lower_action(ctx, "activations") + levers
+        return first + levers + lower_action(ctx, "activations")
+    return first + lower_action(ctx, "activations") + levers
 
 
 def graph_capture(ctx: Context) -> list[Action]:

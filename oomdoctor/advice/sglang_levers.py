@@ -164,24 +164,42 @@ def runtime_levers(ctx: Context) -> list[Action]:
     if serving_logprobs(ctx):
         out.append(
             Action(
-                text="The allocation was in the logits processor: requests with logprobs over long "
-                "prompts (return_logprob with an early logprob_start_len) materialise "
-                "tokens × vocabulary floats; limit them or use an SGLang release that chunks "
-                "logprob computation."
-            )
-        )
-    oom = ctx.primary.oom if ctx.primary else None
-    short = ctx.shortfall
-    unallocated = oom.reserved_unallocated_gib if oom else None
-    if unallocated is not None and short is not None and unallocated >= max(short, 0.5):
-        out.append(
-            Action(
-                text=f"{size(unallocated)} was reserved by PyTorch but unallocated "
-                f"(fragmentation) — more than the {size(short)} missing: set "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+                text="Logprobs over long prompts (return_logprob with an early "
+                "logprob_start_len) make the logits processor hold tokens × vocabulary floats: "
+                "limit them, or use an SGLang release that chunks them."
             )
         )
     return out
+
+
+#: Fragmentation is the fix only when the reserved-but-unallocated memory covers the missing
+#: bytes with at least this much to spare (a little of it is always in use by rounding).
+FRAGMENTATION_MIN_GIB = 0.5
+
+
+def fragmentation_fix(ctx: Context) -> Action | None:
+    """expandable_segments, when PyTorch's own unallocated reserve covers what was missing: the
+    cheapest fix, with no memory flag changed (the allocator maps the free pieces together)."""
+    oom = ctx.primary.oom if ctx.primary else None
+    short = ctx.shortfall
+    if oom is None or short is None or oom.reserved_unallocated_gib is None:
+        return None
+    unallocated = oom.reserved_unallocated_gib
+    if unallocated < max(short, FRAGMENTATION_MIN_GIB):
+        return None
+    sums = (
+        f" ({oom.free_gib:.2f} + {unallocated:.2f} ≥ {oom.requested_gib:.2f} GiB)"
+        if oom.free_gib is not None and oom.requested_gib is not None
+        else ""
+    )
+    return Action(
+        text="First, the cheapest: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; PyTorch "
+        f"held {size(unallocated)} reserved but unallocated, more than the {size(short)} "
+        f"short{sums}.",
+        flag="PYTORCH_CUDA_ALLOC_CONF",
+        direction="set",
+        value="expandable_segments:True",
+    )
 
 
 def serving_logprobs(ctx: Context) -> bool:

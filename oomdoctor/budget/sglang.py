@@ -135,12 +135,16 @@ def build(incident: Incident, primary: Failure | None) -> SglangBudget:
             f"{kv:.2f} GiB: another pool (sliding-window, mamba state, a draft model) or a "
             "rank with less free memory took the difference"
         )
-    if y is None:
-        notices.append("the log does not show --mem-fraction-static (no server_args line)")
-    if pre is None or post is None:
-        notices.append(
-            "the log lacks the `Load weight begin/end` memory lines, so KV cannot be computed"
+    missing = [
+        what
+        for what, absent in (
+            ("server_args (--mem-fraction-static)", y is None),
+            ("`Load weight begin/end` (the KV pool)", pre is None or post is None),
         )
+        if absent
+    ]
+    if missing:
+        notices.append("not in this log: " + ", ".join(missing))
 
     y_min = y_max = reserve = None
     y_min_basis = y_max_basis = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,9 +9,12 @@ import click
 
 from oomdoctor.cli.common import (
     EXIT_USAGE,
+    color_option,
     fail,
     format_option,
+    is_terminal,
     terminal_width,
+    use_color,
     write_output,
     write_svg,
 )
@@ -150,6 +152,7 @@ def _version(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help="SGLang release whose defaults and reserve to use.",
 )
 @format_option()
+@color_option()
 @click.option("-o", "--output", metavar="FILE", help="Write the plan to FILE instead of stdout.")
 @click.option("--svg", metavar="FILE", help="Also draw the card as an SVG file.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 whatever the verdict.")
@@ -171,6 +174,7 @@ def plan(
     mem_fraction_static: float | None,
     sglang_version: str,
     fmt: str,
+    color: str,
     output: str | None,
     svg: str | None,
     exit_zero: bool,
@@ -244,10 +248,10 @@ def plan(
     elif fmt == "markdown":
         text = plan_report.render_markdown(data)
     else:
-        to_terminal = not output and sys.stdout.isatty()
-        width = terminal_width() if to_terminal else 100
+        to_stream = not output or output == "-"
+        width = terminal_width() if to_stream and is_terminal(sys.stdout) else 100
         text = plan_report.render_text(
-            data, color=to_terminal and "NO_COLOR" not in os.environ, width=max(width, 60)
+            data, color=to_stream and use_color(color, sys.stdout), width=max(width, 60)
         )
     write_output(text, output)
     sys.exit(0 if exit_zero else EXIT_STATUS[result.verdict])

@@ -25,8 +25,7 @@ if TYPE_CHECKING:  # loaded by _read: a machine without a driver never needs the
 T = TypeVar("T")
 _HINTS = MappingProxyType(
     {
-        "LibraryNotFound": "no NVIDIA driver library here: run `oomdoctor snapshot` on the GPU host "
-        "and pass the file with --snapshot",
+        "LibraryNotFound": "`oomdoctor snapshot` on the GPU host, then --snapshot",
         "NoPermission": "NVML refused access: run as a user that can use the GPUs",
         "DriverNotLoaded": "the NVIDIA kernel driver is not loaded on this machine",
     }
@@ -91,7 +90,7 @@ def take(proc_root: Path = Path("/proc")) -> Snapshot | Unavailable:
     """A snapshot of every GPU and its compute processes, or why there is none."""
     if _no_driver_library():
         return Unavailable(
-            "NVML is not available: libnvidia-ml.so.1 cannot be loaded",
+            "no NVIDIA driver here",
             _HINTS["LibraryNotFound"],
         )
     try:

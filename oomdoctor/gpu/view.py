@@ -54,7 +54,5 @@ class GpuView(NamedTuple):
 
 
 def unavailable(reason: Unavailable) -> GpuView:
-    note = f"GPU state not available: {reason.reason}" + (
-        f" ({reason.hint})" if reason.hint else ""
-    )
+    note = f"no GPU state: {reason.reason}" + (f" ({reason.hint})" if reason.hint else "")
     return GpuView(snapshot=None, unavailable=reason, notes=(note,))

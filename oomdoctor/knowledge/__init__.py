@@ -78,6 +78,23 @@ SITES = (
     "forward",
 )
 PHASES = ("startup", "running")
+#: How reports say where an allocation failed (a site of SITES) and when (a phase of PHASES).
+SITE_WORDS: Mapping[str, str] = MappingProxyType(
+    {
+        "weights": "while loading the weights",
+        "kv_pool": "while allocating the KV cache",
+        "resume": "while re-mapping memory after a release (wake-up or resume)",
+        "graph_capture": "while capturing CUDA graphs",
+        "encoder": "in the vision/audio encoder",
+        "logits": "in the logits processor",
+        "sampling": "while sampling",
+        "comm": "in a collective (NCCL) buffer",
+        "forward": "in a forward pass",
+    }
+)
+PHASE_WORDS: Mapping[str, str] = MappingProxyType(
+    {"startup": "at startup", "running": "while serving", "warmup": "during warmup"}
+)
 _MARKER_KEYS = frozenset({"engine", "where", "match", "role", "strength", "note"})
 _MARK_KEYS = frozenset({"frames", "code", "text", "stages", "note"})
 

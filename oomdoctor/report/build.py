@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 MAX_EVIDENCE_TEXT = 400
+OOM_DIGITS = 6
 #: server_args fields worth showing in a memory report (the rest stays in the log).
 MEMORY_ARGS = (
     "model_path",
@@ -89,15 +90,16 @@ def _failure_dict(f: Failure | None, sources: tuple[str, ...]) -> dict[str, Any]
         o = f.oom
         out["oom"] = {
             "form": o.form,
-            "requested_gib": _r(o.requested_gib, 3),
+            # as the message printed them: MiB figures need six decimals of GiB to survive
+            "requested_gib": _r(o.requested_gib, OOM_DIGITS),
             "gpu": o.gpu,
-            "total_gib": _r(o.total_gib),
-            "free_gib": _r(o.free_gib, 3),
-            "this_process_gib": _r(o.this_process_gib),
-            "processes": [{"pid": pid, "gib": _r(gib)} for pid, gib in o.processes],
-            "allocated_gib": _r(o.allocated_gib),
-            "private_pools_gib": _r(o.private_pools_gib),
-            "reserved_unallocated_gib": _r(o.reserved_unallocated_gib),
+            "total_gib": _r(o.total_gib, OOM_DIGITS),
+            "free_gib": _r(o.free_gib, OOM_DIGITS),
+            "this_process_gib": _r(o.this_process_gib, OOM_DIGITS),
+            "processes": [{"pid": pid, "gib": _r(gib, OOM_DIGITS)} for pid, gib in o.processes],
+            "allocated_gib": _r(o.allocated_gib, OOM_DIGITS),
+            "private_pools_gib": _r(o.private_pools_gib, OOM_DIGITS),
+            "reserved_unallocated_gib": _r(o.reserved_unallocated_gib, OOM_DIGITS),
             "complete": o.complete,
         }
     return out

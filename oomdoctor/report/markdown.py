@@ -34,4 +34,21 @@ def render(report: dict[str, Any]) -> str:
     env.filters["esc"] = escape
     env.filters["gib"] = lambda x: "unknown" if x is None else f"{x:.2f} GiB"
     env.filters["num"] = lambda x, d=3: "unknown" if x is None else f"{x:.{d}f}"
-    return env.get_template("report.md.j2").render(r=report)
+    from oomdoctor.report.firstscreen import (
+        budget_known,
+        budget_rows,
+        change_lines,
+        known_rows,
+        oom_rows,
+    )
+
+    title, rows = budget_rows(report["budget"])
+    shown, missing = known_rows(rows) if budget_known(report["budget"]) else ([], [])
+    first = {
+        "change": change_lines(report["actions"]),
+        "budget_title": title[:1].upper() + title[1:],
+        "budget_rows": shown,
+        "budget_missing": missing,
+        "oom": oom_rows(report.get("failure")),
+    }
+    return env.get_template("report.md.j2").render(r=report, fs=first)

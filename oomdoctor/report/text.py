@@ -6,6 +6,14 @@ import io
 from types import MappingProxyType
 from typing import Any
 
+from oomdoctor.report.firstscreen import (
+    OomRows,
+    budget_known,
+    budget_rows,
+    change_lines,
+    known_rows,
+    oom_rows,
+)
 from oomdoctor.report.labels import holder_label
 
 _STYLE = MappingProxyType(
@@ -22,10 +30,6 @@ _STYLE = MappingProxyType(
 
 def _gib(x: float | None) -> str:
     return "unknown" if x is None else f"{x:.2f} GiB"
-
-
-def _num(x: float | None, digits: int = 3) -> str:
-    return "unknown" if x is None else f"{x:.{digits}f}"
 
 
 def _picture(console: Any, pic: dict[str, Any] | None) -> None:
@@ -61,12 +65,9 @@ def _timeline(console: Any, t: dict[str, Any] | None) -> None:
 def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
     from rich.text import Text
 
-    console.print(Text("GPU holders", style="bold underline"))
     if not gpu or not gpu.get("available"):
-        reason = (gpu or {}).get("reason") or "not read"
-        console.print(Text(f"GPU state not available: {reason}"))
-        console.print()
-        return
+        return  # the notices say why, once
+    console.print(Text("GPU holders", style="bold underline"))
     when = f", taken {gpu['time']}" if gpu.get("time") else ""
     console.print(
         Text(f"snapshot: {gpu['source']}{when}; server GPUs from {gpu['mapping']}", style="dim")
@@ -97,49 +98,35 @@ def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
     console.print()
 
 
-def _budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
-    if b.get("engine") == "vllm":
-        return "memory budget (vLLM)", [
-            ("total GPU memory", _gib(b["capacity_gib"])),
-            ("--gpu-memory-utilization (u)", _num(b["gpu_memory_utilization"])),
-            ("vLLM's budget total × u", _gib(b["budget_gib"])),
-            ("weights", _gib(b["weights_gib"])),
-            ("activation peak (profile run)", _gib(b["activation_gib"])),
-            ("non-torch memory", _gib(b["non_torch_gib"])),
-            (
-                "KV cache",
-                _gib(b["kv_gib"]) + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
-            ),
-            ("max_model_len", f"{b['max_model_len']:,}" if b.get("max_model_len") else "unknown"),
-            ("KV for one max_model_len request", _gib(b["kv_needed_gib"])),
-            ("CUDA graphs (outside the budget)", _gib(b["graph_gib"])),
-            (
-                "window u_min – u_max",
-                f"{_num(b['u_min'])} – {_num(b['u_max'])}"
-                + (" (empty)" if b.get("window_empty") else ""),
-            ),
-        ]
-    title = "memory budget" + (f" ({b['rank']})" if b.get("rank") else "")
-    return title, [
-        ("free before weights (pre)", _gib(b["pre_gib"])),
-        ("free after weights (post)", _gib(b["post_gib"])),
-        ("weights", _gib(b["weights_gib"])),
-        ("--mem-fraction-static (y)", _num(b["mem_fraction_static"])),
-        ("static share y·pre", _gib(b["static_gib"])),
-        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
-        ("KV pool, computed", _gib(b["kv_gib"])),
-        (
-            "KV pool, logged",
-            _gib(b["kv_logged_gib"])
-            + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
-        ),
-        ("headroom after startup", _gib(b["headroom_gib"])),
-        (
-            "window y_min – y_max",
-            f"{_num(b['y_min'])} – {_num(b['y_max'])}"
-            + (" (empty)" if b.get("window_empty") else ""),
-        ),
-    ]
+def _table(console: Any, title: str, rows: list[tuple[str, str]]) -> None:
+    """Two aligned columns; plain text rather than rich.table, which costs start-up time."""
+    from rich.text import Text
+
+    left = max(len(title), *(len(name) for name, _ in rows)) if rows else len(title)
+    right = max(len("value"), *(len(value) for _, value in rows)) if rows else 5
+    console.print(Text(f"{title:<{left}}  {'value':>{right}}", style="bold"))
+    for name, value in rows:
+        console.print(Text(f"{name:<{left}}  {value:>{right}}"))
+
+
+def _oom_table(console: Any, oom: OomRows) -> None:
+    """The failed request beside what the card held, as the OOM message gives them."""
+    from rich.text import Text
+
+    console.print(Text("What the OOM message says", style="bold underline"))
+    lw = max((len(n) + len(v) for n, v in oom.request), default=0) + 2
+    rw = max((len(n) + len(v) for n, v in oom.card), default=0) + 2
+    for i in range(max(len(oom.request), len(oom.card))):
+        left = _pair(oom.request, i, lw)
+        right = _pair(oom.card, i, rw)
+        console.print(Text(f"{left}    {right}".rstrip()))
+
+
+def _pair(rows: list[tuple[str, str]], i: int, width: int) -> str:
+    if i >= len(rows):
+        return " " * width
+    name, value = rows[i]
+    return f"{name}{value:>{width - len(name)}}"
 
 
 class _Batch:
@@ -193,28 +180,32 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     head.append(f"  ({v['confidence'] * 100:.0f}% confidence)")
     console.print(head)
     console.print(Text(v["summary"]))
-    if v.get("why"):
-        console.print(Text("Why: ", style="bold") + Text(v["why"].replace("\n", " ")))
     console.print()
 
     console.print(Text("What to change", style="bold underline"))
     if not report["actions"]:
         console.print(Text("Nothing: no out-of-memory was found."))
+    for line in change_lines(report["actions"]):
+        console.print(Text(f"  {line}", style="green" if line[0] == "+" else "red"))
     for i, a in enumerate(report["actions"], 1):
         console.print(Text(f"{i}. ", style="bold") + Text(a["text"]))
         if a.get("basis"):
             console.print(Text(f"   basis: {a['basis']}", style="dim"))
+    if v.get("why"):
+        console.print(Text("Why: ", style="bold") + Text(v["why"].replace("\n", " ")))
     console.print()
 
     b = report["budget"]
-    title, rows = _budget_rows(b)
-    # Two aligned columns; plain text rather than rich.table, which costs start-up time.
-    left = max(len(title), *(len(name) for name, _ in rows))
-    right = max(len("value"), *(len(value) for _, value in rows))
-    console.print(Text(f"{title:<{left}}  {'value':>{right}}", style="bold"))
-    for name, value in rows:
-        console.print(Text(f"{name:<{left}}  {value:>{right}}"))
-    console.print()
+    if budget_known(b):
+        title, rows = budget_rows(b)
+        shown, missing = known_rows(rows)
+        _table(console, title, shown)
+        if missing:
+            console.print(Text(f"not in the log: {'; '.join(missing)}", style="dim"))
+        console.print()
+    elif oom := oom_rows(report.get("failure")):
+        _oom_table(console, oom)
+        console.print()
 
     _picture(console, report.get("picture"))
     _timeline(console, report.get("timeline"))
@@ -222,17 +213,16 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     console.print(Text("Evidence", style="bold underline"))
     if not report["findings"]:
         console.print(Text("No rule fired."))
-    for f in report["findings"]:
-        console.print(Text(f"[{f['rule']}] ", style="bold") + Text(f["title"]))
+    for n, f in enumerate(report["findings"]):
+        if n:  # the winner's title is the summary above; the others say what they saw
+            console.print(Text(f"[{f['rule']}] ", style="bold") + Text(f["title"]))
         for e in f["evidence"]:
             where = f"{e['source']}:{e['line']}" + (f" [{e['rank']}]" if e.get("rank") else "")
-            console.print(Text(f"  {where}: ", style="cyan") + Text(e["text"]), soft_wrap=True)
-    if report["notices"]:
-        console.print()
-        console.print(Text("Notices", style="bold underline"))
-        for n in report["notices"]:
-            console.print(Text(f"- {n}"))
-    console.print()
+            room = max(width - len(where) - 4, 20)
+            text = e["text"] if len(e["text"]) <= room else e["text"][: room - 1] + "…"
+            console.print(Text(f"  {where}: ", style="cyan") + Text(text), soft_wrap=True)
+    for n in report["notices"]:
+        console.print(Text(f"note: {n}", style="dim"))
     footer = f"{report['input']['lines_read']:,} lines read"
     if report["input"].get("sglang_version"):
         footer += f"; SGLang formats {report['input']['sglang_version']}"

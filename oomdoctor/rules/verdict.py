@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from oomdoctor.budget.formulas import omni_stage_kv
+from oomdoctor.knowledge import PHASE_WORDS, SITE_WORDS
 from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS
 from oomdoctor.model import Budget, Failure, Incident, SglangBudget, Verdict, VllmBudget
 from oomdoctor.rules.schema import Finding, Rule
@@ -47,23 +48,23 @@ def confidence(findings: Sequence[Finding]) -> float:
 
 
 def _where(primary: Failure | None) -> str:
+    """Where and when, in words: ", in the logits processor while serving (line 7)"."""
     if primary is None:
         return ""
     bits = []
-    if primary.site != "unknown":
-        bits.append(primary.site.replace("_", " "))
-    if primary.phase != "unknown":
-        bits.append(primary.phase)
+    if primary.site in SITE_WORDS:
+        bits.append(SITE_WORDS[primary.site])
+    if primary.phase in PHASE_WORDS:
+        bits.append(PHASE_WORDS[primary.phase])
     if primary.ranks:
         ranks = primary.ranks
         bits.append(
-            ranks[0]
+            f"on {ranks[0]}"
             if len(ranks) == 1
-            else f"{len(ranks)} ranks: {', '.join(ranks[:4])}" + ("…" if len(ranks) > 4 else "")
+            else f"on {len(ranks)} ranks ({', '.join(ranks[:4])}"
+            + ("…)" if len(ranks) > 4 else ")")
         )
-    line = primary.line
-    bits.append(f"line {line.number}")
-    return f" ({'; '.join(bits)})"
+    return (" " + " ".join(bits) if bits else "") + f" (log line {primary.line.number})"
 
 
 def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None) -> str:

@@ -1,0 +1,155 @@
+"""What every format shows on its first screen, computed once from the report dict: the change as
+a launch-flag diff, the figures the OOM message itself gives, and the budget rows the log fills.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from oomdoctor.units import size
+
+
+def change_lines(actions: list[dict[str, Any]]) -> list[str]:
+    """``- --flag old`` / ``+ --flag new`` per action with a value; an environment variable
+    (a flag without ``--``) reads ``+ NAME=value``."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for a in actions:
+        flag, value = a.get("flag"), a.get("value")
+        if not flag or value is None or flag in seen:
+            continue  # the first action on a flag is the one to apply
+        seen.add(flag)
+        if not flag.startswith("-"):
+            out.append(f"+ {flag}={value}")
+            continue
+        if a.get("current") is not None:
+            out.append(f"- {flag} {_value(a['current'])}")
+        out.append(f"+ {flag} {_value(value)}")
+    return out
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.2f}" if round(v, 2) == round(v, 4) else f"{v:.3f}"
+    return str(v)
+
+
+class OomRows(NamedTuple):
+    """The OOM message's own figures, as it states them (none invented): the failed request,
+    and what the card held."""
+
+    request: list[tuple[str, str]]
+    card: list[tuple[str, str]]
+
+    def __bool__(self) -> bool:
+        return bool(self.request or self.card)
+
+
+def oom_rows(failure: dict[str, Any] | None) -> OomRows:
+    oom = (failure or {}).get("oom")
+    rows = OomRows([], [])
+    if not oom:
+        return rows
+    requested, free = oom.get("requested_gib"), oom.get("free_gib")
+    if requested is not None:
+        rows.request.append(("requested", size(requested)))
+    if free is not None:
+        rows.request.append(("free", size(free)))
+        if requested is not None and requested > free:
+            rows.request.append(("short", size(requested - free)))
+    if oom.get("total_gib") is not None:
+        gpu = f"GPU {oom['gpu']} " if oom.get("gpu") is not None else ""
+        rows.card.append((f"{gpu}total", size(oom["total_gib"])))
+    if oom.get("this_process_gib") is not None:
+        rows.card.append(("this process", size(oom["this_process_gib"])))
+    for p in oom.get("processes") or []:
+        gib = p["gib"]
+        rows.card.append((f"process {p['pid']}", size(gib) if gib is not None else "in use"))
+    for key, label in (
+        ("allocated_gib", "allocated by PyTorch"),
+        ("private_pools_gib", "in private pools (CUDA graphs)"),
+        ("reserved_unallocated_gib", "reserved by PyTorch, unallocated"),
+    ):
+        if oom.get(key) is not None:
+            rows.card.append((label, size(oom[key])))
+    return rows
+
+
+def budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    if b.get("engine") == "vllm":
+        return "memory budget (vLLM)", [
+            ("total GPU memory", _gib(b["capacity_gib"])),
+            ("--gpu-memory-utilization (u)", _num(b["gpu_memory_utilization"])),
+            ("vLLM's budget total × u", _gib(b["budget_gib"])),
+            ("weights", _gib(b["weights_gib"])),
+            ("activation peak (profile run)", _gib(b["activation_gib"])),
+            ("non-torch memory", _gib(b["non_torch_gib"])),
+            (
+                "KV cache",
+                _gib(b["kv_gib"]) + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
+            ),
+            ("max_model_len", f"{b['max_model_len']:,}" if b.get("max_model_len") else "unknown"),
+            ("KV for one max_model_len request", _gib(b["kv_needed_gib"])),
+            ("CUDA graphs (outside the budget)", _gib(b["graph_gib"])),
+            (
+                "window u_min – u_max",
+                f"{_num(b['u_min'])} – {_num(b['u_max'])}"
+                + (" (empty)" if b.get("window_empty") else ""),
+            ),
+        ]
+    title = "memory budget" + (f" (tightest rank: {b['rank']})" if b.get("rank") else "")
+    return title, [
+        ("free before weights (pre)", _gib(b["pre_gib"])),
+        ("free after weights (post)", _gib(b["post_gib"])),
+        ("weights", _gib(b["weights_gib"])),
+        ("--mem-fraction-static (y)", _num(b["mem_fraction_static"])),
+        ("static share y·pre", _gib(b["static_gib"])),
+        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
+        ("KV pool, computed", _gib(b["kv_gib"])),
+        (
+            "KV pool, logged",
+            _gib(b["kv_logged_gib"])
+            + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
+        ),
+        (
+            "KV bytes per token",
+            f"{b['bytes_per_token']:,}" if b.get("bytes_per_token") else "unknown",
+        ),
+        ("CUDA graphs", _gib(b["graph_gib"])),
+        ("headroom after startup", _gib(b["headroom_gib"])),
+        ("y at which the KV pool is 0", _num(b["y_zero"])),
+        (
+            "window y_min – y_max",
+            f"{_num(b['y_min'])} – {_num(b['y_max'])}"
+            + (" (empty)" if b.get("window_empty") else ""),
+        ),
+    ]
+
+
+def _gib(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.2f} GiB"
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "unknown" if x is None else f"{x:.{digits}f}"
+
+
+#: Budget keys that, all unknown, mean the log has no startup memory lines to build a budget on.
+STARTUP_KEYS = ("pre_gib", "post_gib", "weights_gib", "mem_fraction_static", "kv_logged_gib")
+
+
+def budget_known(budget: dict[str, Any]) -> bool:
+    """Whether the budget holds anything the log said (else the OOM message's table stands in)."""
+    if budget.get("engine") == "vllm":
+        return any(
+            budget.get(k) is not None
+            for k in ("gpu_memory_utilization", "weights_gib", "kv_gib", "budget_gib")
+        )
+    return any(budget.get(k) is not None for k in STARTUP_KEYS)
+
+
+def known_rows(rows: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Rows with a value, and the names of those without one (said once, in one line)."""
+    shown = [(n, v) for n, v in rows if "unknown" not in v]
+    missing = [n for n, v in rows if "unknown" in v]
+    return shown, missing
