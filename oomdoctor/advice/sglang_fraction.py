@@ -221,7 +221,7 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
                     if short is not None
                     else "more room"
                 )
-                + "; its value cannot be computed without server_args.",
+                + "; without server_args it cannot be computed.",
                 flag=flag,
                 direction="lower",
                 current=y,

@@ -50,7 +50,7 @@ def build(incident: Incident, primary: Failure | None) -> SglangBudget:
         where = f" on GPU {stage.gpu}" if stage.gpu is not None else ""
         notices.append(
             f"the pipeline's stages print their own budgets; this one is the {stage.stage}'s"
-            f"{where} (each stage is listed under ranks)"
+            f"{where} (each stage and GPU has its own row)"
         )
 
     with_pre = [r for r in chosen if r.pre is not None]

@@ -97,7 +97,11 @@ def budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
                 + (" (empty)" if b.get("window_empty") else ""),
             ),
         ]
-    title = "memory budget" + (f" (tightest rank: {b['rank']})" if b.get("rank") else "")
+    if b.get("stage"):
+        gpu = f", GPU {b['gpu']}" if b.get("gpu") is not None else ""
+        title = f"memory budget (stage {b['stage']}{gpu})"
+    else:
+        title = "memory budget" + (f" (tightest rank: {b['rank']})" if b.get("rank") else "")
     return title, [
         ("free before weights (pre)", _gib(b["pre_gib"])),
         ("free after weights (post)", _gib(b["post_gib"])),
@@ -153,3 +157,36 @@ def known_rows(rows: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list
     shown = [(n, v) for n, v in rows if "unknown" not in v]
     missing = [n for n, v in rows if "unknown" in v]
     return shown, missing
+
+
+#: The per-stage (SGLang Omni) or per-rank table: (column, budget key).
+RANK_COLUMNS = (
+    ("GPU", "gpu"),
+    ("y", "mem_fraction_static"),
+    ("pre", "pre_gib"),
+    ("post", "post_gib"),
+    ("weights", "weights_gib"),
+    ("KV pool", "kv_gib"),
+)
+
+
+def rank_table(budget: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per stage and GPU (Omni) or per rank, when the log has more than one; the
+    budget above is the tightest of them."""
+    ranks = budget.get("ranks") or []
+    if len(ranks) < 2:
+        return [], []
+    staged = any(r.get("stage") for r in ranks)
+    header = ["stage" if staged else "rank", *(name for name, _ in RANK_COLUMNS)]
+    rows = []
+    for r in ranks:
+        row = [str(r.get("stage") or r.get("rank") or "?")]
+        for _, key in RANK_COLUMNS:
+            if key == "gpu":
+                row.append("?" if r.get("gpu") is None else str(r["gpu"]))
+            elif key == "mem_fraction_static":
+                row.append("?" if r.get(key) is None else f"{r[key]:.3f}")
+            else:
+                row.append("?" if r.get(key) is None else _gib(r[key]))
+        rows.append(row)
+    return header, rows

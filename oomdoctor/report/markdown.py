@@ -40,6 +40,7 @@ def render(report: dict[str, Any]) -> str:
         change_lines,
         known_rows,
         oom_rows,
+        rank_table,
     )
 
     title, rows = budget_rows(report["budget"])
@@ -50,5 +51,6 @@ def render(report: dict[str, Any]) -> str:
         "budget_rows": shown,
         "budget_missing": missing,
         "oom": oom_rows(report.get("failure")),
+        "ranks": rank_table(report["budget"]),
     }
     return env.get_template("report.md.j2").render(r=report, fs=first)

@@ -13,6 +13,7 @@ from oomdoctor.report.firstscreen import (
     change_lines,
     known_rows,
     oom_rows,
+    rank_table,
 )
 from oomdoctor.report.labels import holder_label
 
@@ -202,6 +203,15 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
         _table(console, title, shown)
         if missing:
             console.print(Text(f"not in the log: {'; '.join(missing)}", style="dim"))
+        header, ranks = rank_table(b)
+        if ranks:
+            console.print()
+            widths = [max(len(c[i]) for c in [header, *ranks]) for i in range(len(header))]
+            for n, row in enumerate([header, *ranks]):
+                cells = [row[0].ljust(widths[0])] + [
+                    c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+                ]
+                console.print(Text("  ".join(cells), style="bold" if n == 0 else ""))
         console.print()
     elif oom := oom_rows(report.get("failure")):
         _oom_table(console, oom)
@@ -210,15 +220,20 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     _picture(console, report.get("picture"))
     _timeline(console, report.get("timeline"))
     _gpu(console, report.get("gpu"))
-    console.print(Text("Evidence", style="bold underline"))
+    sources = {e["source"] for f in report["findings"] for e in f["evidence"]}
+    one = next(iter(sources)) if len(sources) == 1 else None
+    console.print(
+        Text("Evidence", style="bold underline") + (Text(f" in {one}", style="bold") if one else "")
+    )
     if not report["findings"]:
         console.print(Text("No rule fired."))
     for n, f in enumerate(report["findings"]):
         if n:  # the winner's title is the summary above; the others say what they saw
             console.print(Text(f"[{f['rule']}] ", style="bold") + Text(f["title"]))
         for e in f["evidence"]:
-            where = f"{e['source']}:{e['line']}" + (f" [{e['rank']}]" if e.get("rank") else "")
-            room = max(width - len(where) - 4, 20)
+            where = ("" if one else f"{e['source']}:") + str(e["line"])
+            where += f" [{e['rank']}]" if e.get("rank") else ""
+            room = max(width - len(where) - 4, 40)  # one terminal row each: the JSON has more
             text = e["text"] if len(e["text"]) <= room else e["text"][: room - 1] + "…"
             console.print(Text(f"  {where}: ", style="cyan") + Text(text), soft_wrap=True)
     for n in report["notices"]:
