@@ -7,7 +7,7 @@ four ranks, CUDA-graph capture, the summary, ready), then hours of serving on tw
 retraction now and then, a few warnings), and at the end a runtime CUDA OOM with its traceback
 and the SIGQUIT line. Deterministic for a given size (seeded). Formats: ../shared/reference/.
 
-Usage: bench/gen_log.py SIZE OUT   (SIZE like 10M, 100M, 1G)
+Usage: bench/gen_log.py [--dense] SIZE OUT   (SIZE like 10M, 100M, 1G)
        bench/gen_log.py --lines 100 OUT
 """
 
@@ -103,14 +103,33 @@ def startup(t: datetime) -> list[str]:
     return out
 
 
-def serving(rng: random.Random, t: datetime, target: int) -> tuple[list[bytes], datetime]:
+#: The serving ranks of the sparse log (two DP ranks) and of the dense one (four).
+SPARSE_RANKS = ((0, "DP0 TP0"), (1, "DP1 TP4"))
+DENSE_RANKS = ((0, "DP0 TP0"), (1, "DP1 TP2"), (2, "DP2 TP4"), (3, "DP3 TP6"))
+
+
+def serving(
+    rng: random.Random, t: datetime, target: int, dense: bool = False
+) -> tuple[list[bytes], datetime]:
+    """Hours of serving. Dense: four DP ranks whose pool is full, so about 1.5% of the lines
+    are retractions and 0.5% `Cache flushed` (one line in ~50 is not a stats or access line)."""
     chunks: list[bytes] = []
     size = 0
-    usage = {0: 0.3, 1: 0.3}
+    ranks = DENSE_RANKS if dense else SPARSE_RANKS
+    usage = {dp: 0.3 for dp, _ in ranks}
     while size < target:
         t += timedelta(milliseconds=rng.randint(200, 900))
         lines = []
-        for dp, rank in ((0, "DP0 TP0"), (1, "DP1 TP4")):
+        for dp, rank in ranks:
+            if dense:
+                if rng.random() < 0.0245:
+                    lines.append(
+                        f"[{ts(t)} {rank}] KV cache pool is full. Retract requests. "
+                        f"#retracted_reqs: {rng.randint(1, 4)}, #new_tokens_gained: "
+                        f"{rng.randint(500, 9000)}, #new_token_ratio: 0.4012 -> 0.5513\n"
+                    )
+                if rng.random() < 0.0083:
+                    lines.append(f"[{ts(t)} {rank}] Cache flushed successfully!\n")
             usage[dp] = min(max(usage[dp] + rng.uniform(-0.03, 0.03), 0.05), 0.99)
             tokens = int(usage[dp] * TOKENS)
             running = rng.randint(40, 256)
@@ -154,7 +173,9 @@ def parse_size(text: str) -> int:
     return int(float(text[:-1]) * units[suffix]) if suffix in units else int(text)
 
 
-def write(out: Path, target_bytes: int | None = None, target_lines: int | None = None) -> None:
+def write(
+    out: Path, target_bytes: int | None = None, target_lines: int | None = None, dense: bool = False
+) -> None:
     """Startup, serving until the target size (bytes or lines) is nearly reached, the crash."""
     rng = random.Random(20260314)
     head = "".join(startup(START)).encode()
@@ -168,14 +189,14 @@ def write(out: Path, target_bytes: int | None = None, target_lines: int | None =
                 room = target_lines - tail_lines - lines
                 if room <= 0:
                     break
-                chunks, t = serving(rng, t, 1)
+                chunks, t = serving(rng, t, 1, dense)
                 data = b"".join(chunks)
                 data = b"".join(data.splitlines(keepends=True)[:room])
             else:
                 assert target_bytes is not None
                 if written >= target_bytes - 4096:
                     break
-                chunks, t = serving(rng, t, min(8 << 20, target_bytes - 4096 - written))
+                chunks, t = serving(rng, t, min(8 << 20, target_bytes - 4096 - written), dense)
                 data = b"".join(chunks)
             fh.write(data)
             written += len(data)
@@ -190,11 +211,12 @@ def main() -> int:
     parser.add_argument("size", help="bytes to write, like 10M or 1G; or a line count with --lines")
     parser.add_argument("out", type=Path)
     parser.add_argument("--lines", action="store_true", help="SIZE is a number of lines")
+    parser.add_argument("--dense", action="store_true", help="four DP ranks, a full pool")
     args = parser.parse_args()
     if args.lines:
-        write(args.out, target_lines=int(args.size))
+        write(args.out, target_lines=int(args.size), dense=args.dense)
     else:
-        write(args.out, target_bytes=parse_size(args.size))
+        write(args.out, target_bytes=parse_size(args.size), dense=args.dense)
     return 0
 
 

@@ -7,16 +7,20 @@ everything else goes through the sequential reader, which produces the same scan
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from oomdoctor.read.scan import BlockScan, Scanner
 from oomdoctor.read.sources import BLOCK_SIZE, ReadStats, Window, iter_blocks, merge_stats
 
 PARALLEL_MIN_BYTES = 64 << 20
 CHUNK = 16 << 20
+#: Ranges submitted per worker ahead of the one the caller is reading.
+IN_FLIGHT = 2
 _MAGIC = (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff")
 
 _scanner: Scanner | None = None  # set in the parent before forking; workers inherit it
@@ -102,8 +106,26 @@ def _run(
     context = multiprocessing.get_context("fork")
     with context.Pool(workers) as pool:
         tasks = [(str(path), a, b) for a, b in ranges]
-        for (a, b), (scans, part) in zip(ranges, pool.imap(_scan_range, tasks), strict=True):
-            merge_stats(stats, part)
-            if progress is not None:
-                progress(b - a)
-            yield from scans
+        # At most IN_FLIGHT ranges per worker are submitted ahead of the one being fed: a parent
+        # slower than its workers then holds a bounded number of results, whatever the size.
+        pending: collections.deque[tuple[tuple[int, int], Any]] = collections.deque()
+        ahead = workers * IN_FLIGHT
+        for (a, b), task in zip(ranges, tasks, strict=True):
+            pending.append(((a, b), pool.apply_async(_scan_range, (task,))))
+            if len(pending) > ahead:
+                yield from _take(pending, stats, progress)
+        while pending:
+            yield from _take(pending, stats, progress)
+
+
+def _take(
+    pending: collections.deque[tuple[tuple[int, int], Any]],
+    stats: ReadStats,
+    progress: Callable[[int], None] | None,
+) -> Iterator[BlockScan]:
+    (a, b), result = pending.popleft()
+    scans, part = result.get()
+    merge_stats(stats, part)
+    if progress is not None:
+        progress(b - a)
+    yield from scans

@@ -1,9 +1,9 @@
 """Find the few lines worth parsing in blocks of a log, at close to grep's speed.
 
-A production log is mostly two kinds of boring line: the periodic `Prefill/Decode batch` stats
-and uvicorn access lines. Each block is cut into sub-blocks; a sub-block whose lines are all
-boring (three C-level counts say so) is skipped whole, the others are split and only their
-non-boring lines are tested against the anchors of every signature and rule. The stats lines are
+A production log is mostly boring lines: the periodic `Prefill/Decode batch` stats, uvicorn
+access lines, blank lines. One regex match passes over each run of them at C speed (whatever
+their mix); only the lines it stops at reach Python, where each is checked exactly as a line of
+its own and tested against the anchors of every signature and rule. The stats lines are
 not parsed one by one: each block is summarised with a few C-level searches (how many, the
 highest token usage, how many at ≥ 0.95, the first and last timestamps, the last line of each
 kind). The caller gets the candidate lines and that summary; line numbers stay exact.
@@ -16,6 +16,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+#: Sub-blocks of this size whose lines are all stats or access lines are skipped on counts alone.
 SUB_BLOCK = 1 << 16
 #: Below these the anchors are tested with substring checks instead of a compiled alternation.
 SMALL_INPUT = 256 << 10
@@ -26,6 +27,12 @@ ACCESS = b" HTTP/1."
 _USAGE = re.compile(rb"token usage: (\d\.\d\d)")
 _TS = re.compile(rb"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)")
 HIGH_USAGE = b"0.95"
+#: Lines the skipping regex may pass over (each must be a line the exact checks skip too):
+#: blank; a stats or access line, bare or in SGLang's `[time rank] ` envelope.
+_ENVELOPE = rb"(?:\[[^\]\n]{0,80}\] )?"
+BLANK_LINE = rb"[ \t\r]*\n"
+STATS_LINE = _ENVELOPE + rb"(?:Prefill batch|Decode batch)[^\n]*\n"
+ACCESS_LINE = _ENVELOPE + rb"INFO: [^\n]* HTTP/1\.[^\n]*\n"
 #: Samples of the boring lines: a rule anchor found in one of them disables the exclusion.
 _BORING_SAMPLES = (
     "Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, token usage: 0.50, "
@@ -57,6 +64,17 @@ class BlockScan(NamedTuple):
     stats: StatsBlock | None
 
 
+class _Cursor:
+    """Where the last candidate of a block started and its line index: the next one's index is
+    counted from there, not from the block's start."""
+
+    __slots__ = ("index", "offset")
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.index = 0
+
+
 class Scanner:
     """Anchors of every signature and rule, and the fast path around boring lines."""
 
@@ -67,6 +85,7 @@ class Scanner:
         self.anchors = tuple(unique)
         self._encoded = tuple(a.encode("utf-8") for a in unique)
         self._regex: re.Pattern[bytes] | None = None
+        self._skip: re.Pattern[bytes] | None = None
         self._tested = 0  # lines tested with substring checks so far
         rare = [a for a in unique if a.encode() not in STATS_HEADS]
         self._stats_boring = not any(a in s for a in rare for s in _BORING_SAMPLES[:2])
@@ -92,43 +111,110 @@ class Scanner:
 
     def scan(self, block: bytes) -> BlockScan:
         """Candidates and stats of a block of whole lines (it ends with a newline)."""
-        candidates: list[tuple[int, bytes]] = []
         search = self._search_for(block)
-        stats_boring, access_boring = self._stats_boring, self._access_boring
-        base = 0  # line index of the current sub-block's first line
+        candidates: dict[int, bytes] = {}
+        cursor = _Cursor()
         prefill = decode = 0
         pos, n = 0, len(block)
-        while pos < n:
+        while pos < n:  # sub-blocks of whole lines
             end = block.rfind(b"\n", pos, pos + SUB_BLOCK) + 1
             if end <= pos:
                 end = block.find(b"\n", pos + SUB_BLOCK) + 1 or n
-            sub = block[pos:end]
-            lines = sub.count(b"\n") + (0 if sub.endswith(b"\n") else 1)
-            p, d = sub.count(STATS_HEADS[0]), sub.count(STATS_HEADS[1])
+            p, d = block.count(STATS_HEADS[0], pos, end), block.count(STATS_HEADS[1], pos, end)
             prefill, decode = prefill + p, decode + d
-            boring = p + d if stats_boring else 0
-            if access_boring:
-                boring += sub.count(ACCESS)
-            if boring != lines:
-                offset = pos
-                for i, line in enumerate(sub.split(b"\n")):
-                    here, offset = offset, offset + len(line) + 1
-                    if stats_boring and (STATS_HEADS[0] in line or STATS_HEADS[1] in line):
-                        continue
-                    if access_boring and ACCESS in line:
-                        continue
-                    if search(line):
-                        # The stats lines just before it say what the server was doing then.
-                        for head in STATS_HEADS if stats_boring else ():
-                            context = _line_at(block, block.rfind(head, 0, here), pos, base)
-                            if context is not None and context not in candidates:
-                                candidates.append(context)
-                        candidates.append((base + i, line))
-            base += lines
+            if not self._all_boring(block, pos, end, p + d):
+                if self._regex is None:
+                    self._scan_lines(block, pos, end, search, candidates, cursor)
+                else:
+                    self._scan_runs(block, pos, end, search, candidates, cursor)
             pos = end
-        newlines = base - (0 if block.endswith(b"\n") or not block else 1)
         stats = self.stats(block, prefill, decode) if prefill or decode else None
-        return BlockScan(newlines, tuple(sorted(candidates)), stats)
+        return BlockScan(block.count(b"\n"), tuple(sorted(candidates.items())), stats)
+
+    def _all_boring(self, block: bytes, start: int, end: int, stats: int) -> bool:
+        """Only stats and access lines, or only blank ones, between start and end: C-level
+        counts say so."""
+        lines = block.count(b"\n", start, end) + (0 if block.endswith(b"\n", start, end) else 1)
+        boring = stats if self._stats_boring else 0
+        if self._access_boring and boring < lines:
+            boring += block.count(ACCESS, start, end)
+        return boring == lines or block[start:end].isspace()  # or blank lines only
+
+    def _skipper(self) -> re.Pattern[bytes]:
+        """A run of lines that are certainly boring (blank, or a stats or access line in
+        SGLang's own envelope), matched at C speed; whatever it stops at is checked exactly."""
+        if self._skip is None:
+            kinds = [BLANK_LINE]
+            if self._stats_boring:
+                kinds.append(STATS_LINE)
+            if self._access_boring:
+                kinds.append(ACCESS_LINE)
+            self._skip = re.compile(b"(?:" + b"|".join(kinds) + b")*")
+        return self._skip
+
+    def _scan_runs(
+        self,
+        block: bytes,
+        pos: int,
+        stop: int,
+        search: Callable[[bytes], object],
+        candidates: dict[int, bytes],
+        cursor: _Cursor,
+    ) -> None:
+        """Runs of boring lines are passed over by one regex match each; only the lines
+        between them reach Python, each checked as a line of its own."""
+        skip = self._skipper().match
+        while pos < stop:
+            start = skip(block, pos, stop).end()  # type: ignore[union-attr]  # `*` always matches
+            if start >= stop:
+                return
+            end = block.find(b"\n", start, stop)
+            end = stop if end < 0 else end
+            pos = end + 1
+            self._test(block, start, block[start:end], search, candidates, cursor)
+
+    def _test(
+        self,
+        block: bytes,
+        start: int,
+        line: bytes,
+        search: Callable[[bytes], object],
+        candidates: dict[int, bytes],
+        cursor: _Cursor,
+    ) -> None:
+        """One line (it starts at byte ``start``): a candidate if it is not boring and holds
+        an anchor; then the stats lines just before it say what the server was doing."""
+        stats_boring = self._stats_boring
+        if stats_boring and (STATS_HEADS[0] in line or STATS_HEADS[1] in line):
+            return
+        if self._access_boring and ACCESS in line:
+            return
+        if not search(line):
+            return
+        index = cursor.index + block.count(b"\n", cursor.offset, start)
+        cursor.offset, cursor.index = start, index
+        for head in STATS_HEADS if stats_boring else ():
+            context = _line_at(block, block.rfind(head, 0, start), start, index)
+            if context is not None:
+                candidates.setdefault(*context)
+        candidates[index] = line
+
+    def _scan_lines(
+        self,
+        block: bytes,
+        pos: int,
+        stop: int,
+        search: Callable[[bytes], object],
+        candidates: dict[int, bytes],
+        cursor: _Cursor,
+    ) -> None:
+        """Small inputs: every line of the sub-block is checked (the skipping regex, like the
+        alternation, would cost more to compile than it saves)."""
+        offset = pos
+        for line in block[pos:stop].split(b"\n"):
+            here, offset = offset, offset + len(line) + 1
+            if line:
+                self._test(block, here, line, search, candidates, cursor)
 
     def stats(self, block: bytes, prefill: int, decode: int) -> StatsBlock:
         """Summarise a block's stats lines (their counts come from the caller's scan)."""
@@ -172,7 +258,7 @@ def _line_at(
     if start >= known_offset:
         index = known_index + block.count(b"\n", known_offset, start)
     else:
-        index = block.count(b"\n", 0, start)
+        index = known_index - block.count(b"\n", start, known_offset)
     return index, block[start : end if end >= 0 else len(block)]
 
 

@@ -1,0 +1,93 @@
+"""The block-level search finds exactly the lines the previous engine found (tests/reference_scan.py,
+its scanner verbatim), with the same line numbers and stats summaries, on every fixture and on
+generated sparse, dense, blank and mixed logs; and the sequential and parallel readers agree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from oomdoctor import pipeline
+from oomdoctor.cli import cli
+from oomdoctor.read import parallel
+from oomdoctor.read.scan import SMALL_INPUT, Scanner
+from tests import reference_scan
+from tests.conftest import FIXTURES
+from tests.test_scan import _gen_log
+
+ANCHORS = sorted({a for m in pipeline.matchers(pipeline.load_rules()) for a in m.anchors if a})
+
+
+def _blocks(data: bytes, size: int) -> list[bytes]:
+    """Cut like the reader: whole lines, about ``size`` bytes each."""
+    out, pos = [], 0
+    while pos < len(data):
+        cut = data.rfind(b"\n", pos, pos + size) + 1
+        if cut <= pos:
+            cut = data.find(b"\n", pos + size) + 1 or len(data)
+        out.append(data[pos:cut])
+        pos = cut
+    return out
+
+
+def _same(data: bytes, block_size: int, force_regex: bool) -> None:
+    new, old = Scanner(ANCHORS), reference_scan.Scanner(ANCHORS)
+    if force_regex:  # the alternation, as on big inputs
+        for s in (new, old):
+            s._search_for(b"x" * (SMALL_INPUT + 1))
+    for block in _blocks(data, block_size):
+        assert new.scan(block) == old.scan(block)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    gen = _gen_log()
+    tmp = tmp_path_factory.mktemp("equiv")
+    out = {}
+    for name, dense in (("sparse", False), ("dense", True)):
+        path = tmp / f"{name}.log"
+        gen.write(path, target_bytes=2 << 20, dense=dense)
+        out[name] = path.read_bytes()
+    half = len(out["dense"]) // 2
+    cut = out["dense"].rfind(b"\n", 0, half) + 1
+    out["blank"] = b"\n" * 300_000 + out["sparse"][-4000:]
+    out["mixed"] = out["dense"][:cut] + b"\n\n   \n\t\n" * 20_000 + out["dense"][cut:]
+    return out
+
+
+@pytest.mark.parametrize("name", ["sparse", "dense", "blank", "mixed"])
+@pytest.mark.parametrize("force_regex", [False, True])
+def test_generated_logs_give_the_same_scans(
+    generated: dict[str, bytes], name: str, force_regex: bool
+) -> None:
+    for size in (1 << 16, 1 << 20):
+        _same(generated[name], size, force_regex)
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.log")), ids=lambda p: p.name)
+def test_every_fixture_gives_the_same_scans(path: Path) -> None:
+    data = path.read_bytes()
+    _same(data, 1 << 16, force_regex=False)
+    _same(data, 1 << 12, force_regex=True)
+
+
+def test_sequential_and_parallel_reports_agree(
+    generated: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "dense.log"
+    log.write_bytes(generated["dense"] * 3)
+
+    def report() -> dict[str, object]:
+        result = CliRunner().invoke(cli, ["diagnose", str(log), "--format", "json", "--no-gpu"])
+        data = json.loads(result.stdout)
+        return {k: data[k] for k in ("verdict", "actions", "findings", "stats", "timeline")}
+
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 40)
+    sequential = report()
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(parallel, "CHUNK", 1 << 20)
+    assert parallel.usable(log)
+    assert report() == sequential
