@@ -7,9 +7,8 @@ modules never import this one, so there is no import cycle.
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,11 +19,13 @@ from oomdoctor.cli.common import (
     EXIT_OK,
     EXIT_OOM,
     EXIT_USAGE,
+    say,
 )
 from oomdoctor.cli.diagnose import diagnose
 from oomdoctor.cli.plan import plan
 from oomdoctor.cli.rules import rules
 from oomdoctor.cli.snapshot import snapshot
+from oomdoctor.cli.streams import silence
 from oomdoctor.cli.watch import watch
 
 __all__ = [
@@ -42,7 +43,33 @@ __all__ = [
 COMPLETE_VAR = "_OOMDOCTOR_COMPLETE"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The ``cli`` group: a reader that went away (``rules list | head``) ends a command quietly
+    with status 0 (click itself would exit 1); diagnose and plan catch it themselves and exit
+    with their verdict's status."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:  # --help and --version print here
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            silence(sys.stdout)
+            raise click.exceptions.Exit(EXIT_OK) from None
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            silence(sys.stdout)
+            raise click.exceptions.Exit(EXIT_OK) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="oomdoctor")
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 @click.pass_context
@@ -50,7 +77,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Why did the SGLang (or vLLM) server run out of GPU memory, and what should change?
 
     Exit codes: 0 no OOM found, 1 an OOM was diagnosed, 2 usage error,
-    3 unreadable or empty input, or invalid rule files, 70 internal error.
+    3 unreadable or empty input, unwritable output, or invalid rule files, 70 internal error.
     """
     ctx.obj = {"debug": debug}
 
@@ -64,7 +91,17 @@ cli.add_command(rules)
 
 def main() -> None:
     """Console entry point: usage errors exit 2, bugs exit 70 with a short message."""
-    debug = "--debug" in sys.argv[1:]
+    from oomdoctor.cli.streams import reserve_standard_fds
+
+    reserve_standard_fds()
+    try:
+        _main("--debug" in sys.argv[1:])
+    except SystemExit as exc:
+        sys.exit(_flushed(exc.code))
+    sys.exit(_flushed(EXIT_OK))  # pragma: no cover - _main always exits
+
+
+def _main(debug: bool) -> None:
     try:
         # The name and the completion variable are fixed, so that `python -m oomdoctor` prints
         # the same shell-completion script as the console script
@@ -73,31 +110,51 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("oomdoctor: interrupted", err=True)
+        say("interrupted")
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, like other Unix tools.
         try:
-            sys.stdout = Path(os.devnull).open("w")  # noqa: SIM115 - lives until exit
-        finally:
-            sys.exit(EXIT_OK)
+            exc.show()
+        except OSError:
+            silence(sys.stderr)
+        sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except BrokenPipeError:  # outside a command (click's own --help): stop quietly
+        silence(sys.stdout)
+        sys.exit(EXIT_OK)
     except KeyboardInterrupt:
-        click.echo("oomdoctor: interrupted", err=True)
+        say("interrupted")
         sys.exit(130)
     except SystemExit:
         raise
+    except OSError as exc:  # the environment (a full disk, a vanished file), not a bug
+        if debug:
+            raise
+        where = f"{exc.filename}: " if isinstance(exc.filename, str) else ""
+        say(f"{where}{exc.strerror or exc}")
+        sys.exit(EXIT_INPUT)
     except Exception as exc:  # a bug: say so briefly, traceback only on request
         if debug:
             raise
-        click.echo(
-            f"oomdoctor: internal error: {type(exc).__name__}: {exc} (oomdoctor {__version__})",
-            err=True,
-        )
-        click.echo(
-            "hint: rerun with --debug for the traceback and report it with the log", err=True
-        )
+        say(f"internal error: {type(exc).__name__}: {exc} (oomdoctor {__version__})")
+        say("rerun with --debug for the traceback and report it with the log", prefix="hint: ")
         sys.exit(EXIT_INTERNAL)
     sys.exit(EXIT_OK)
+
+
+def _flushed(code: int | str | None) -> int | str | None:
+    """``code``, after flushing what stdout still buffers: a reader that went away changes
+    nothing, an output that fails turns a verdict into exit 3 (not Python's exit 120)."""
+    stream = sys.stdout
+    if stream is None:
+        return code
+    try:
+        stream.flush()
+    except BrokenPipeError:
+        silence(stream)
+    except OSError as exc:
+        silence(stream)
+        say(f"cannot write to standard output: {exc.strerror or exc}")
+        return EXIT_INPUT if code in (None, EXIT_OK, EXIT_OOM) else code
+    except ValueError:  # a stream closed under us: nothing left to flush
+        pass
+    return code

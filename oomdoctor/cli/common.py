@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -105,10 +105,53 @@ no_redact_option = click.option(
 
 def fail(message: str, hint: str | None = None, code: int = EXIT_INPUT) -> NoReturn:
     """Say what went wrong (and what to do) on stderr, and exit with ``code``."""
-    click.echo(f"oomdoctor: {message}", err=True)
+    say(message)
     if hint:
-        click.echo(f"hint: {hint}", err=True)
+        say(hint, prefix="hint: ")
     sys.exit(code)
+
+
+def say(message: str, prefix: str = "oomdoctor: ") -> None:
+    """One line on stderr, redacted (it may echo a path or a log's text: always redacted, even
+    with --no-redact, which is about the report). A stderr that is closed, full or gone is
+    silenced: the exit code still says what happened."""
+    try:
+        click.echo(f"{prefix}{redact_line(message)}", err=True)
+    except OSError:
+        from oomdoctor.cli.streams import silence
+
+        silence(sys.stderr)
+
+
+def redact_line(text: str) -> str:
+    """``text`` with its secrets masked, for a message on stderr."""
+    try:
+        from oomdoctor.report import redact
+
+        redact_text = getattr(redact, "redact_text", None)
+        if redact_text is not None:
+            return str(redact_text(text))
+        return str(redact.Redactor().text(text))
+    except Exception:  # a bug in the redactor must not hide the message itself
+        return text
+
+
+def refuse_overwrite(
+    output: str | None, option: str, inputs: Iterable[str], what: str = "an input"
+) -> None:
+    """Exit 2 when ``output`` (``-o FILE``, ``--svg FILE``) names one of ``inputs`` (``what``
+    they are, for the message); run before anything is read or started."""
+    if not output or output == "-":
+        return
+    from oomdoctor.cli.streams import same_file
+
+    for name in inputs:
+        if name and name != "-" and same_file(output, name):
+            fail(
+                f"{option} {output} is also {what}: refusing to overwrite it",
+                f"give {option} another file name",
+                EXIT_USAGE,
+            )
 
 
 def load_rules(rule_dirs: tuple[str, ...]) -> Any:
@@ -137,7 +180,7 @@ def load_rules_and_knowledge(rule_dirs: tuple[str, ...]) -> tuple[Any, Any]:
         problems.extend(exc.problems)
     if problems:
         for problem in problems:
-            click.echo(f"oomdoctor: {problem}", err=True)
+            say(problem)
         fail(
             f"{len(problems)} problem(s) in rule files",
             "each rule file is documented in README.md (Writing a rule); "
@@ -146,16 +189,31 @@ def load_rules_and_knowledge(rule_dirs: tuple[str, ...]) -> tuple[Any, Any]:
     return rules, knowledge
 
 
-def write_output(text: str, output: str | None) -> None:
-    """Write ``text`` to the file ``output``, or to stdout when it is None or ``-``."""
+def write_output(text: str, output: str | None, strict: bool = True) -> bool:
+    """Write ``text`` to the file ``output`` (whole: see streams.write_file), or to stdout when it
+    is None or ``-``. False when stdout's reader went away (``| head``): the caller exits as it
+    would have. An output that cannot be written is a one-line error, exit 3, or with
+    ``strict=False`` a one-line warning (and False)."""
     if output and output != "-":
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc.strerror or exc}")
-        return
-    sys.stdout.write(text)
-    sys.stdout.flush()
+        return write_text(text, output, None, strict)
+    return write_text(text, None, sys.stdout, strict)
+
+
+def write_text(text: str, output: str | None, stream: Any, strict: bool = True) -> bool:
+    """``text`` to the file ``output``, else to ``stream`` (stdout or stderr); see write_output."""
+    from oomdoctor.cli.streams import OutputError, write_file, write_stream
+
+    try:
+        if output:
+            write_file(output, text)
+            return True
+        name = "standard error" if stream is sys.stderr else "standard output"
+        return write_stream(stream, text, name)
+    except OutputError as exc:
+        if strict:
+            fail(str(exc), code=EXIT_INPUT)
+        say(f"warning: {exc}")
+        return False
 
 
 def terminal_width() -> int:
@@ -171,17 +229,14 @@ def write_svg(data: dict[str, Any], svg: str | None) -> None:
         return
     pic = data.get("picture")
     if not pic:
-        click.echo("oomdoctor: no picture to draw: the log lacks the memory numbers", err=True)
+        say("no picture to draw: the log lacks the memory numbers")
         return
     from oomdoctor.report import picture
 
     rows = [(f"now: --mem-fraction-static {pic['before']['y']:.2f}", pic["before"])]
     if pic.get("after"):
         rows.append((f"recommended: --mem-fraction-static {pic['after']['y']:.2f}", pic["after"]))
-    try:
-        Path(svg).write_text(picture.svg(rows), encoding="utf-8")
-    except OSError as exc:
-        fail(f"cannot write {svg}: {exc.strerror or exc}")
+    write_text(picture.svg(rows), svg, None)
     pic["svg"] = svg
 
 
@@ -193,10 +248,12 @@ def emit_report(
     svg: str | None,
     stream: Any,
     color: str = "auto",
-) -> None:
+    strict: bool = True,
+) -> bool:
     """Build, redact and render the report; write it to ``output`` or to ``stream``.
 
-    ``color`` is the ``--color`` choice; it applies to ``stream`` only, never to a file.
+    ``color`` is the ``--color`` choice; it applies to ``stream`` only, never to a file. Returns
+    what :func:`write_text` returns (``strict``: an unwritable output exits 3).
     """
     from oomdoctor.report.build import build_report
     from oomdoctor.report.redact import redact_report
@@ -210,8 +267,4 @@ def emit_report(
     width = terminal_width() if to_stream and is_terminal(stream) else 100
     colour = to_stream and use_color(color, stream)
     text = render(data, fmt, color=colour, width=max(width, 60))
-    if output and output != "-":
-        write_output(text, output)
-    else:
-        stream.write(text)
-        stream.flush()
+    return write_text(text, output if not to_stream else None, stream, strict)

@@ -17,10 +17,14 @@ from oomdoctor.cli.common import (
     emit_report,
     fail,
     format_option,
+    is_terminal,
     load_rules_and_knowledge,
     no_redact_option,
+    refuse_overwrite,
+    say,
 )
 from oomdoctor.cli.gpu_state import after_capture, capture_fields, gpu_state, live_snapshotter
+from oomdoctor.cli.streams import silence
 
 
 @click.command()
@@ -113,7 +117,17 @@ def diagnose(
     if follow and logs not in ((), ("-",)):
         fail("--follow reads standard input: give no LOG, or -", code=EXIT_USAGE)
     names = list(logs) or ["-"]
-    if "-" in names and sys.stdin.isatty() and not logs:
+    if "-" in names and sys.stdin is None:
+        fail(
+            "cannot read standard input: it is closed",
+            "give a log file, or pipe the server's output in",
+        )
+    if sys.stdout is None and (not output or output == "-") and not tee:
+        fail("cannot write the report: standard output is closed", "give -o FILE")
+    refuse_overwrite(output, "-o", [*names, *snapshots])
+    refuse_overwrite(svg, "--svg", [*names, *snapshots])
+    refuse_overwrite(svg, "--svg", [output or "-"], "the -o file")
+    if "-" in names and is_terminal(sys.stdin) and not logs:
         fail(
             "no input: give a log file, or pipe the server's output in",
             "oomdoctor diagnose server.log   or   ... 2>&1 | oomdoctor diagnose -",
@@ -151,10 +165,9 @@ def diagnose(
         fail(inputs.empty_message(names))
     notices = []
     for first, second, what in inputs.different_incidents(surveys):
-        click.echo(
-            f"oomdoctor: warning: {first} and {second} look like different incidents "
-            f"({what}); diagnosing them together",
-            err=True,
+        say(
+            f"warning: {first} and {second} look like different incidents "
+            f"({what}); diagnosing them together"
         )
         notices.append(
             f"{first} and {second} look like different incidents ({what}); "
@@ -168,7 +181,7 @@ def diagnose(
         diagnosis = pipeline.run(
             names,
             rules,
-            stdin=cast(BinaryIO, stdin) if stdin is not None else sys.stdin.buffer,
+            stdin=cast(BinaryIO, stdin) if stdin is not None else None,
             progress=bar,
             gpu=gpu,
             cuda_visible_devices=cuda_visible_devices,
@@ -218,17 +231,15 @@ def _follow(
     capture = Capture(live_snapshotter(no_gpu, snapshots))
     parser = pipeline.stream_parser(rules, "<stdin>", capture.crashed, knowledge)
     fd = sys.stdin.fileno()
-    out = sys.stdout.fileno()
+    copy = _Tee(sys.stdout) if tee else None
     seen = inputs.TextSeen()
     while True:
         data = os.read(fd, 1 << 16)
         if not data:
             break
         seen.see(data)
-        if tee:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
+        if copy is not None:
+            copy.write(data)
         parser.feed(data)
     parser.close()
     if not seen.text:
@@ -242,3 +253,35 @@ def _follow(
     emit_report(diagnosis, fmt, output, no_redact, svg, sys.stderr if tee else sys.stdout, color)
     oom = diagnosis.verdict.category in OOM_CATEGORIES
     sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
+
+
+class _Tee:
+    """``--tee``'s copy of the input on stdout. When it cannot be written the input is still read
+    to its end and diagnosed: a reader that went away (``| head``) stops the copy quietly, any
+    other failure (a closed stdout, ``/dev/full``) with one warning."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.fd: int | None = None
+        if stream is None:
+            say("warning: standard output is closed: the input is not copied (--tee)")
+            return
+        self.fd = stream.fileno()
+
+    def write(self, data: bytes) -> None:
+        if self.fd is None:
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except BrokenPipeError:
+            self.fd = None
+            silence(self.stream)
+        except OSError as exc:
+            self.fd = None
+            silence(self.stream)
+            say(
+                f"warning: cannot copy the input to standard output: {exc.strerror or exc}; "
+                "reading on without the copy (--tee)"
+            )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,13 @@ from oomdoctor.cli.common import (
     load_rules,
     load_rules_and_knowledge,
     rules_option,
+    write_output,
 )
+
+
+def _show(lines: Iterable[str]) -> None:
+    """Lines on stdout: a reader that went away ends it quietly, a full disk exits 3."""
+    write_output("".join(f"{line}\n" for line in lines), None)
 
 
 @click.group()
@@ -28,8 +35,8 @@ def rules() -> None:
 @rules_option
 def rules_list(rule_dirs: tuple[str, ...]) -> None:
     """One line per rule: id, category, priority, title."""
-    for rule in sorted(load_rules(rule_dirs), key=lambda r: (-r.priority, r.id)):
-        click.echo(f"{rule.id:<28} {rule.category:<20} {rule.priority:>4}  {rule.title}")
+    rows = sorted(load_rules(rule_dirs), key=lambda r: (-r.priority, r.id))
+    _show(f"{r.id:<28} {r.category:<20} {r.priority:>4}  {r.title}" for r in rows)
 
 
 @rules.command("show")
@@ -74,7 +81,7 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
         "silent on:",
         *(f"  {p}" for p in rule.silent),
     ]
-    click.echo("\n".join(lines))
+    _show(lines)
 
 
 @rules.command("test")
@@ -84,16 +91,29 @@ def rules_test(rule_dir: str | None) -> None:
     from oomdoctor.pipeline import fixture_features
     from oomdoctor.rules.selftest import check_rules
 
-    loaded, knowledge = load_rules_and_knowledge((rule_dir,) if rule_dir else ())
-    selected = [r for r in loaded if rule_dir is None or Path(rule_dir).resolve() in r.path.parents]
+    # Resolved first: the rules' paths, and their fixtures' (relative to each rule file), are
+    # then absolute, whatever the working directory and however DIR was written.
+    directory = Path(rule_dir).resolve() if rule_dir else None
+    loaded, knowledge = load_rules_and_knowledge((str(directory),) if directory else ())
+    selected = [
+        r for r in loaded if directory is None or Path(r.path).resolve().parent == directory
+    ]
+    if directory is not None and not selected:
+        fail(
+            f"{rule_dir}: no rules to test (its *.toml files hold engine markers or sites only)",
+            "a rule file has an id, a category and [when] conditions (README.md: Writing a rule)",
+        )
     failures = 0
+    shown = True  # until stdout's reader goes away (`| head`): the status still counts them all
     for result in check_rules(selected, fixture_features(loaded, knowledge)):
         status = "ok  " if result.ok else "FAIL"
         failures += not result.ok
-        click.echo(f"{status} {result.rule:<28} {result.expect:<6} {result.fixture}")
+        lines = f"{status} {result.rule:<28} {result.expect:<6} {result.fixture}"
         if not result.ok:
-            click.echo(f"     {result.detail}")
-    click.echo(f"{failures} failure(s)")
+            lines += f"\n     {result.detail}"
+        shown = shown and write_output(lines + "\n", None)
+    if shown:
+        write_output(f"{failures} failure(s)\n", None)
     sys.exit(EXIT_OOM if failures else EXIT_OK)
 
 
@@ -113,7 +133,7 @@ def rules_markers(rule_dirs: tuple[str, ...]) -> None:
             parts += [f"text {t}" for t in marks.text]
             parts += [f"stage /{s.pattern}/" for s in marks.stages]
             lines.append(f"  {marks.name:<14} " + ", ".join(parts))
-    click.echo("\n".join(lines))
+    _show(lines)
 
 
 @rules.command("features")
@@ -121,8 +141,7 @@ def rules_features() -> None:
     """The feature names rule conditions can use."""
     from oomdoctor.rules.features import FEATURE_DOCS
 
-    for name, doc in FEATURE_DOCS.items():
-        click.echo(f"{name:<36} {doc}")
+    _show(f"{name:<36} {doc}" for name, doc in FEATURE_DOCS.items())
 
 
 @rules.command("advice")
@@ -130,5 +149,4 @@ def rules_advice() -> None:
     """The advice kinds a rule's `advice` key can name."""
     from oomdoctor.rules.schema import ADVICE_KINDS
 
-    for name, doc in ADVICE_KINDS.items():
-        click.echo(f"{name:<20} {doc}")
+    _show(f"{name:<20} {doc}" for name, doc in ADVICE_KINDS.items())

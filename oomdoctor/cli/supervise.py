@@ -28,6 +28,8 @@ READ_SIZE = 1 << 16
 DRAIN_AFTER_EXIT_S = 5.0
 #: After SIGTERM is forwarded, give the group this long before SIGKILL.
 TERM_TIMEOUT_S = 10.0
+#: When watch itself fails, the server gets this long after SIGTERM (then SIGKILL).
+STOP_TIMEOUT_S = 3.0
 
 Snapshotter = Callable[[], Any]
 
@@ -77,12 +79,27 @@ def shell_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class _Writer:
-    """Writes all bytes to a file descriptor; a reader that went away stops only this copy."""
+#: Told once about each copy that stopped for a reason other than a reader that went away:
+#: (which copy: "stdout", "stderr" or "log"; the error).
+OnCopyError = Callable[[str, OSError], None]
 
-    def __init__(self, fd: int, name: str) -> None:
+
+class _Writer:
+    """Writes all bytes to a file descriptor (or a binary file); a reader that went away, or a
+    write that fails (a full disk), stops only this copy. ``on_error`` hears of a failure other
+    than a broken pipe, once."""
+
+    def __init__(
+        self,
+        fd: int | None,
+        name: str,
+        on_error: OnCopyError | None = None,
+        file: BinaryIO | None = None,
+    ) -> None:
         self.fd = fd
+        self.file = file
         self.name = name
+        self.on_error = on_error
         self.closed = False
 
     def write(self, data: bytes) -> None:
@@ -91,12 +108,20 @@ class _Writer:
         view = memoryview(data)
         try:
             while view:
-                n = os.write(self.fd, view)
+                n = os.write(self.fd, view) if self.fd is not None else self._write_file(view)
                 view = view[n:]
         except BrokenPipeError:
             self.closed = True
-        except OSError:
+        except OSError as exc:
             self.closed = True
+            if self.on_error is not None:
+                self.on_error(self.name, exc)
+
+    def _write_file(self, view: memoryview) -> int:
+        assert self.file is not None
+        n = self.file.write(view)
+        self.file.flush()
+        return len(view) if n is None else n
 
 
 class _Signals:
@@ -141,23 +166,68 @@ def run(
     err_fd: int = 2,
     grace_s: float = 30.0,
     on_hang: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    on_error: OnCopyError | None = None,
 ) -> WatchResult:
     """Run ``command`` to the end (or until killed) and return its status and the capture.
 
     ``on_hang(child)`` is called once, ``grace_s`` after the crash line, if the child still runs;
-    afterwards its output is still passed through until it exits (or a signal ends it).
+    afterwards its output is still passed through until it exits (or a signal ends it). A copy
+    that cannot be written (stdout, stderr, ``log``) stops, ``on_error`` is told once, and the
+    others go on. Whatever goes wrong here, the child's process group is not left running.
     """
-    child = subprocess.Popen(
-        list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
+    selector = selectors.DefaultSelector()
+    try:
+        child = subprocess.Popen(
+            list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
+    except BaseException:
+        selector.close()
+        raise
+    assert child.stdout is not None and child.stderr is not None
+    try:
+        return _supervise(
+            child, selector, parser, capture, log, out_fd, err_fd, grace_s, on_hang, on_error
+        )
+    finally:
+        if child.poll() is None:  # an error on the way out: take the server down with us
+            _stop(child)
+        selector.close()
+        child.stdout.close()
+        child.stderr.close()
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the child's group, SIGKILL if it is still there after a moment."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signum)
+        try:
+            child.wait(STOP_TIMEOUT_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _supervise(
+    child: subprocess.Popen[bytes],
+    selector: selectors.BaseSelector,
+    parser: StreamParser,
+    capture: Capture,
+    log: BinaryIO | None,
+    out_fd: int,
+    err_fd: int,
+    grace_s: float,
+    on_hang: Callable[[subprocess.Popen[bytes]], None] | None,
+    on_error: OnCopyError | None,
+) -> WatchResult:
     assert child.stdout is not None and child.stderr is not None
     writers = {
-        child.stdout.fileno(): (_Writer(out_fd, "stdout"), 1),
-        child.stderr.fileno(): (_Writer(err_fd, "stderr"), 2),
+        child.stdout.fileno(): (_Writer(out_fd, "stdout", on_error), 1),
+        child.stderr.fileno(): (_Writer(err_fd, "stderr", on_error), 2),
     }
+    copy = _Writer(None, "log", on_error, log) if log is not None else None
     reported = False
     exited_at: float | None = None
-    selector = selectors.DefaultSelector()
     for fd in writers:
         os.set_blocking(fd, False)
         selector.register(fd, selectors.EVENT_READ)
@@ -174,8 +244,8 @@ def run(
                     continue
                 writer, stream = writers[fd]
                 writer.write(data)
-                if log is not None:
-                    log.write(data)
+                if copy is not None:
+                    copy.write(data)
                 parser.feed(data, stream)
             now = time.monotonic()
             if exited_at is None and child.poll() is not None:
@@ -197,9 +267,6 @@ def run(
         returncode = child.wait()
         if signals.terminated_at is not None or signals.interrupts:
             signals.kill(signal.SIGKILL)  # leave nothing of the group behind
-    selector.close()
-    child.stdout.close()
-    child.stderr.close()
     parser.close()
     capture.wait()
     closed = [w.name for w, _ in writers.values() if w.closed]

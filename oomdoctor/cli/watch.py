@@ -6,6 +6,7 @@ The subprocess handling (process group, signals, the hang timer) lives in
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +22,10 @@ from oomdoctor.cli.common import (
     format_option,
     load_rules_and_knowledge,
     no_redact_option,
+    refuse_overwrite,
     rules_option,
+    say,
+    write_text,
 )
 from oomdoctor.cli.gpu_state import after_capture, capture_fields, live_snapshotter
 
@@ -89,6 +93,7 @@ def watch(
         fail(
             "no command to run", "oomdoctor watch -- python -m sglang.launch_server ...", EXIT_USAGE
         )
+    refuse_overwrite(output, "-o", [log_path or "-"], "the --log file")
     rules, knowledge = load_rules_and_knowledge(rule_dirs)
     capture = Capture(live_snapshotter(no_gpu, ()))
     parser = pipeline.stream_parser(
@@ -97,7 +102,9 @@ def watch(
     log = None
     if log_path:
         try:
-            log = Path(log_path).open("ab")  # noqa: SIM115 - closed below, after the child ends
+            # unbuffered: a write that fails (a full disk) fails at once, in the copy that
+            # stops and says so, never later in close()
+            log = Path(log_path).open("ab", buffering=0)  # noqa: SIM115 - closed below
         except OSError as exc:
             fail(f"cannot open {log_path}: {exc.strerror or exc}")
     reported = False
@@ -113,29 +120,50 @@ def watch(
                 "line; this report did not wait for it to exit"
             )
             diagnosis = diagnosis._replace(notices=(*diagnosis.notices, note))
-        sys.stderr.write("\n-- oomdoctor --\n")
-        emit_report(diagnosis, "text", None, no_redact, None, sys.stderr, color)
+        # Nothing here may end watch: a report that cannot be written is a warning, and the
+        # exit status stays the server's.
+        write_text("\n-- oomdoctor --\n", None, sys.stderr, strict=False)
+        emit_report(diagnosis, "text", None, no_redact, None, sys.stderr, color, strict=False)
         if output:
-            emit_report(diagnosis, fmt, output, no_redact, None, sys.stderr)
+            emit_report(diagnosis, fmt, output, no_redact, None, sys.stderr, strict=False)
         if running is not None and running.poll() is None:
-            sys.stderr.write(
-                f"oomdoctor: the server (pid {running.pid}) is still running after the report; "
+            say(
+                f"the server (pid {running.pid}) is still running after the report; "
                 "watch keeps passing its output through until it exits, then exits with its "
                 f"status (Ctrl-C and SIGTERM are passed on to it; a second Ctrl-C, or "
-                f"{TERM_TIMEOUT_S:g} s after SIGTERM, kills it)\n"
+                f"{TERM_TIMEOUT_S:g} s after SIGTERM, kills it)"
             )
-            sys.stderr.flush()
         reported = True
 
+    def copy_failed(name: str, exc: OSError) -> None:
+        """Said once per copy (supervise stops a copy at its first failure)."""
+        reason = exc.strerror or str(exc)
+        if name == "log":
+            say(
+                f"warning: cannot write the server's output to {log_path}: {reason}; "
+                "passing it through without the copy"
+            )
+        else:
+            say(f"warning: cannot pass the server's {name} through: {reason}")
+
     try:
-        result = run(args, parser, capture, log=log, grace_s=grace, on_hang=report_now)
+        result = run(
+            args,
+            parser,
+            capture,
+            log=log,
+            grace_s=grace,
+            on_hang=report_now,
+            on_error=copy_failed,
+        )
     except FileNotFoundError:
         fail(f"cannot run {args[0]!r}: no such command", code=127)
     except PermissionError:
         fail(f"cannot run {args[0]!r}: permission denied", code=126)
     finally:
         if log is not None:
-            log.close()
+            with contextlib.suppress(OSError):
+                log.close()
     if not reported and (capture.crash_line is not None or result.status != 0 or always):
         report_now()
     sys.exit(result.status)
