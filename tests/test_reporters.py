@@ -114,3 +114,26 @@ def test_escape_keeps_plain_text_plain(text: str) -> None:
     tokens = MarkdownIt("commonmark").parse(escape(text))
     assert [t.type for t in tokens] == ["paragraph_open", "inline", "paragraph_close"]
     assert tokens[1].content.replace("\\", "") == text.replace("\\", "")
+
+
+def test_markdown_diff_keeps_a_value_on_its_line() -> None:
+    """An action value from server_args cannot close the diff fence or add a diff line."""
+    from markdown_it import MarkdownIt
+
+    report = copy.deepcopy(_load("startup.json"))
+    flagged = next(a for a in report["actions"] if a.get("flag", "").startswith("--"))
+    flagged["current"] = "0.70\n```\n<img src=x onerror=alert(1)>\n+ --evil 1"
+    tokens = MarkdownIt("commonmark").parse(render(report, "markdown"))
+    (diff,) = [t for t in tokens if t.type == "fence" and t.info == "diff"]
+    assert f"- {flagged['flag']} 0.70␊```␊<img src=x onerror=alert(1)>␊+ --evil 1" in (
+        diff.content.splitlines()
+    )
+    assert not any(line.startswith("+ --evil") for line in diff.content.splitlines())
+    assert not [t for t in tokens if t.type in ("html_block", "html_inline")]
+
+
+def test_text_report_shows_control_characters() -> None:
+    report = copy.deepcopy(_load("startup.json"))
+    report["verdict"]["summary"] = "\x1b[2J\x1b]8;;http://evil\x1b\\x\x1b]8;;\x1b\\\r\u202e"
+    out = render(report, "text", color=False)
+    assert "␛[2J␛]8;;http://evil␛\\x␛]8;;␛\\␍\\u202e" in out and "\x1b" not in out

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from oomdoctor.report.labels import one_line
 from oomdoctor.units import size
 
 
 def change_lines(actions: list[dict[str, Any]]) -> list[str]:
     """``- --flag old`` / ``+ --flag new`` per action with a value; an environment variable
-    (a flag without ``--``) reads ``+ NAME=value``."""
+    (a flag without ``--``) reads ``+ NAME=value``. Values can be server_args strings from the
+    log: each line stays one line (a newline shows as ``␊``), so a value cannot add a line."""
     out: list[str] = []
     seen: set[str] = set()
     for a in actions:
@@ -20,11 +22,11 @@ def change_lines(actions: list[dict[str, Any]]) -> list[str]:
             continue  # the first action on a flag is the one to apply
         seen.add(flag)
         if not flag.startswith("-"):
-            out.append(f"+ {flag}={value}")
+            out.append(one_line(f"+ {flag}={value}"))
             continue
         if a.get("current") is not None:
-            out.append(f"- {flag} {_value(a['current'])}")
-        out.append(f"+ {flag} {_value(value)}")
+            out.append(one_line(f"- {flag} {_value(a['current'])}"))
+        out.append(one_line(f"+ {flag} {_value(value)}"))
     return out
 
 

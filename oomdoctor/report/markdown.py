@@ -6,10 +6,15 @@ from typing import Any
 
 
 def render(report: dict[str, Any]) -> str:
+    """The Markdown report. Every log- or process-derived value in the template goes through
+    ``esc``, ``code``, ``fence`` or ``fence_lines`` (md_safe); control characters in the whole
+    dict are made visible first."""
     import jinja2
 
-    from oomdoctor.report.md_safe import code, escape, fence
+    from oomdoctor.report.labels import holder_label, visible_tree
+    from oomdoctor.report.md_safe import code, escape, fence, fence_lines
 
+    report = visible_tree(report)
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("oomdoctor.report", "templates"),
         undefined=jinja2.StrictUndefined,
@@ -22,7 +27,6 @@ def render(report: dict[str, Any]) -> str:
 
     from oomdoctor.incident.timeline import sparkline
     from oomdoctor.report import picture
-    from oomdoctor.report.labels import holder_label
 
     env.filters["holder"] = holder_label
     env.filters["bars"] = picture.bars
@@ -30,6 +34,7 @@ def render(report: dict[str, Any]) -> str:
     env.filters["sparkline"] = sparkline
     env.filters["urlpath"] = lambda p: quote(str(p))
     env.filters["fence"] = fence
+    env.filters["fence_lines"] = fence_lines
     env.filters["code"] = code
     env.filters["esc"] = escape
     env.filters["gib"] = lambda x: "unknown" if x is None else f"{x:.2f} GiB"

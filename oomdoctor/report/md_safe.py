@@ -1,40 +1,79 @@
-"""Put untrusted log text into Markdown so it cannot become live Markdown or HTML."""
+"""Put untrusted log text into Markdown so it cannot become live Markdown, HTML, a link, a
+mention or a cross-reference, on GitHub (cmark-gfm) or any CommonMark renderer.
+
+Two ways in, and no other:
+
+- :func:`fence` / :func:`fence_lines`: a fenced block whose fence is longer than any backtick
+  or tilde run inside it, so nothing inside can close it; :func:`fence_lines` also keeps one
+  item on one line (a newline in a value shows as ``␊``), so a value cannot add lines to a diff.
+- :func:`escape` / :func:`code`: one line for prose, tables and headings. ``escape`` backslashes
+  every character that could start Markdown or HTML, breaks autolinks (``https\\://``,
+  ``evil\\.example``: the backslash escape renders as nothing, but neither the GFM autolink
+  extension nor linkify sees a URL, ``www.`` or a domain) and puts a WORD JOINER (U+2060,
+  invisible) after ``@`` and ``#`` before a name or number, so GitHub neither pings
+  ``@someone`` nor links ``#123``.
+
+Control characters are made visible first (``labels.visible``): a terminal shows Markdown too.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
+from oomdoctor.report.labels import one_line, visible
+
+_RUNS = re.compile(r"`+|~+")
 _BACKTICKS = re.compile(r"`+")
-# Characters that can start emphasis, code, links, images, HTML, entities or table cells anywhere.
-_SPECIAL = re.compile(r"([\\`*_\[\]<>!|~&])")
-# At the start of a line these open a heading, a list, a block quote or a thematic break.
-_LINE_START = re.compile(r"^(\s*)(?:([#+\-=>])|(\d+)([.)]))")
+#: An info string is ours (``diff``, ``sh``): keep it to characters that cannot end the fence line.
+_INFO = re.compile(r"[^A-Za-z0-9_+.-]")
+# Characters that can start emphasis, code, links, images, HTML, entities, math, headings or
+# table cells anywhere in a line. ('#' anywhere: a trailing "#" run would close a heading.)
+_SPECIAL = re.compile(r"([\\`*_\[\]<>!|~&$#])")
+# At the start of a line these open a list, a setext heading or a thematic break ("#" and ">"
+# are escaped everywhere by _SPECIAL).
+_LINE_START = re.compile(r"^(\s*)(?:([+\-=])|(\d+)([.)]))")
+#: The colon after a URI scheme ("https://", "mailto:", "xmpp:"), which the GFM autolink
+#: extension and linkify key on. Any letter before it: a scheme can follow an escaped "_".
+_SCHEME = re.compile(r"(?<=[A-Za-z]):(?=\S)")
+#: A dot between a word and a letter, as in a domain ("evil.example", "www.x", "a@b.com").
+_DOT = re.compile(r"(?<=\w)\.(?=[^\W\d_])")
+#: "@name" pings on GitHub and "#123" cross-links; so do "org/repo#123" and "a@b.com".
+_HANDLE = re.compile(r"([@#])(?=\w)")
+WORD_JOINER = "\u2060"
 
 
 def fence(text: str, info: str = "text") -> str:
-    """A fenced block whose fence is longer than any backtick run inside the text."""
-    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+    """A fenced block whose fence is longer than any backtick or tilde run inside the text."""
+    body = visible(str(text))  # keeps newlines and tabs; a CR would end a line too
+    longest = max((len(m) for m in _RUNS.findall(body)), default=0)
     ticks = "`" * max(3, longest + 1)
-    body = text.replace("\r", "")
-    return f"{ticks}{info}\n{body}\n{ticks}"
+    return f"{ticks}{_INFO.sub('', info)}\n{body}\n{ticks}"
 
 
-def code(text: str) -> str:
+def fence_lines(lines: Iterable[object], info: str = "text") -> str:
+    """:func:`fence` of one line per item, whatever newlines an item holds (shown as ``␊``)."""
+    return fence("\n".join(one_line(x) for x in lines), info)
+
+
+def code(text: object) -> str:
     """An inline code span that survives any backticks inside, on one line."""
-    text = " ".join(text.split())
-    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+    flat = " ".join(visible(str(text)).split())
+    longest = max((len(m) for m in _BACKTICKS.findall(flat)), default=0)
     ticks = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
+    pad = " " if flat.startswith("`") or flat.endswith("`") or not flat else ""
+    return f"{ticks}{pad}{flat}{pad}{ticks}"
 
 
-def escape(text: str) -> str:
-    """Plain text, on one line, with every character that could become Markdown or HTML escaped."""
-    flat = _SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+def escape(text: object) -> str:
+    """Plain text, on one line, that renders as itself: no Markdown, HTML, link or mention."""
+    flat = _SPECIAL.sub(r"\\\1", " ".join(visible(str(text)).split()))
+    flat = _DOT.sub(r"\\.", _SCHEME.sub(r"\\:", flat))
+    flat = _HANDLE.sub(rf"\1{WORD_JOINER}", flat)
     return _LINE_START.sub(_escape_line_start, flat)
 
 
 def _escape_line_start(m: re.Match[str]) -> str:
-    if m.group(2):  # "# x", "- x", "> x"
+    if m.group(2):  # "- x", "+ x", "---", "==="
         return f"{m.group(1)}\\{m.group(2)}"
     return f"{m.group(1)}{m.group(3)}\\{m.group(4)}"  # "1. x" → "1\. x"

@@ -7,6 +7,7 @@ in the legend, never drawn as zero.
 
 from __future__ import annotations
 
+import math
 from types import MappingProxyType
 from typing import Any
 
@@ -64,14 +65,36 @@ def segments(card: Card | None) -> dict[str, Any] | None:
     }
 
 
+def _drawn(seg: dict[str, Any]) -> tuple[list[tuple[str, str, float]], float]:
+    """The parts a bar can draw (a finite size above 0) and the size the bar stands for: the
+    card, or their sum when the card is unknown (or is not a finite size above 0)."""
+    parts = [
+        (p["key"], p["label"], float(p["gib"]))
+        for p in seg["parts"]
+        if isinstance(p["gib"], (int, float)) and math.isfinite(p["gib"]) and p["gib"] > 0
+    ]
+    card = seg.get("capacity_gib")
+    if isinstance(card, (int, float)) and math.isfinite(card) and card > 0:
+        return parts, float(card)
+    total = math.fsum(g for *_, g in parts)
+    return parts, total if math.isfinite(total) and total > 0 else 1.0
+
+
+def _fraction(gib: float, total: float) -> float:
+    """``gib / total`` within 0 – 1: a logged 10⁹ GB on an 80 GB card draws the whole bar."""
+    share = gib / total
+    return min(share, 1.0) if math.isfinite(share) else 1.0
+
+
 def text_bar(seg: dict[str, Any], width: int = 64) -> str:
-    """``[ooccWWWWWWKKKdd..]`` scaled to the card (or to pre when the card is unknown)."""
-    known = [p for p in seg["parts"] if p["gib"] is not None]
-    total = seg["capacity_gib"] or sum(p["gib"] for p in known) or 1.0
+    """``[ooccWWWWWWKKKdd..]`` scaled to the card (or to pre when the card is unknown); at most
+    ``width`` cells whatever the numbers say."""
+    parts, total = _drawn(seg)
     cells = ""
-    for p in known:
-        cells += _CHAR[p["key"]] * round(p["gib"] / total * width)
-    bar = f"[{cells[:width].ljust(width)}]"
+    for key, _, gib in parts:
+        room = width - len(cells)
+        cells += _CHAR[key] * min(room, round(_fraction(gib, total) * width))
+    bar = f"[{cells.ljust(width)}]"
     legend = "; ".join(
         f"{_CHAR[p['key']]} {p['label']} {'unknown' if p['gib'] is None else format(p['gib'], '.2f') + ' GiB'}"
         for p in seg["parts"]
@@ -92,12 +115,22 @@ def bars(pic: dict[str, Any]) -> str:
 
 
 def mermaid(seg: dict[str, Any], title: str) -> str | None:
-    """A Mermaid pie of the card (GitHub and GitLab render it); None when a part is unknown."""
-    if any(p["gib"] is None for p in seg["parts"]) or seg.get("kv_shortfall_gib"):
+    """A Mermaid pie of the card (GitHub and GitLab render it); None when a part is unknown or is
+    no size a pie can show (negative, infinite, not a number). Its words are ours, not the log's."""
+    sizes = [p["gib"] for p in seg["parts"]]
+    if seg.get("kv_shortfall_gib") or not all(
+        isinstance(g, (int, float)) and math.isfinite(g) and g >= 0 for g in sizes
+    ):
         return None
     lines = ["pie showData", f"    title {title}"]
-    lines += [f'    "{p["label"]}" : {p["gib"]:.2f}' for p in seg["parts"] if p["gib"]]
+    lines += [f'    "{_pie_label(p["label"])}" : {p["gib"]:.2f}' for p in seg["parts"] if p["gib"]]
     return "\n".join(lines)
+
+
+def _pie_label(label: str) -> str:
+    """A label inside Mermaid's double quotes, on one line (labels are ours: this only keeps
+    the chart well-formed)."""
+    return " ".join(str(label).replace('"', "'").split())
 
 
 def svg(pictures: list[tuple[str, dict[str, Any]]], width: int = 720) -> str:
@@ -114,16 +147,15 @@ def svg(pictures: list[tuple[str, dict[str, Any]]], width: int = 720) -> str:
     for i, (caption, seg) in enumerate(pictures):
         y0 = top + i * row
         out.append(f'<text x="10" y="{y0 + 12}">{escape(caption)}</text>')
-        known = [p for p in seg["parts"] if p["gib"] is not None]
-        total = seg["capacity_gib"] or sum(p["gib"] for p in known) or 1.0
+        parts, total = _drawn(seg)
         x = 10.0
-        for p in known:
-            w = p["gib"] / total * bar_w
+        for key, label, gib in parts:
+            w = min(_fraction(gib, total) * bar_w, 10 + bar_w - x)  # the bar ends at the card
             if w <= 0:
                 continue
             out.append(
-                f'<rect x="{x:.1f}" y="{y0 + 18}" width="{w:.1f}" height="20" fill="{_COLOUR[p["key"]]}">'
-                f"<title>{escape(p['label'])}: {p['gib']:.2f} GiB</title></rect>"
+                f'<rect x="{x:.1f}" y="{y0 + 18}" width="{w:.1f}" height="20" fill="{_COLOUR[key]}">'
+                f"<title>{escape(label)}: {gib:.2f} GiB</title></rect>"
             )
             x += w
     lx = 10

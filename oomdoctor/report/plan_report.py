@@ -161,6 +161,9 @@ def render_text(rep: dict[str, Any], color: bool = False, width: int = 100) -> s
     from rich.table import Table
     from rich.text import Text
 
+    from oomdoctor.report.labels import one_line, visible_tree
+
+    rep = visible_tree(rep)  # a --model path can hold ESC and newlines like any log line
     buf = io.StringIO()
     console = Console(
         file=buf,
@@ -186,12 +189,12 @@ def render_text(rep: dict[str, Any], color: bool = False, width: int = 100) -> s
         console.print(Text("Why: " + plan["why"]))
     if plan["command"]:
         console.print(Text("Launch:", style="bold"))
-        console.print(Text("  " + plan["command"]), soft_wrap=True)
+        console.print(Text("  " + one_line(plan["command"])), soft_wrap=True)
     if plan["levers"]:
         console.print(Text("What works instead", style="bold"))
         for i, lever in enumerate(plan["levers"], 1):
             console.print(Text(f"{i}. {lever['text']}"))
-            console.print(Text("   " + lever["command"]), soft_wrap=True)
+            console.print(Text("   " + one_line(lever["command"])), soft_wrap=True)
     elif not plan["command"]:
         console.print(
             Text("Nothing tried here makes it fit: a larger card or more GPUs (--pp-size).")
@@ -199,7 +202,7 @@ def render_text(rep: dict[str, Any], color: bool = False, width: int = 100) -> s
     console.print()
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     what = " on ".join(x for x in (plan["model"], plan["card"]) if x) or "plan"
-    table.add_column(f"{what}, TP {plan['tp']}")
+    table.add_column(Text(one_line(f"{what}, TP {plan['tp']}")))
     table.add_column("value", justify="right")
     for name, value in _rows(plan, b):
         table.add_row(Text(name), Text(value))
@@ -215,8 +218,10 @@ def render_text(rep: dict[str, Any], color: bool = False, width: int = 100) -> s
 
 
 def render_markdown(rep: dict[str, Any]) -> str:
-    from oomdoctor.report.md_safe import escape, fence
+    from oomdoctor.report.labels import visible_tree
+    from oomdoctor.report.md_safe import escape, fence, fence_lines
 
+    rep = visible_tree(rep)
     plan, b = rep["plan"], rep["budget"]
     lines = [
         f"## oomdoctor plan: {escape(plan['verdict'].replace('_', ' '))}",
@@ -226,21 +231,26 @@ def render_markdown(rep: dict[str, Any]) -> str:
     ]
     diff = _diff(plan, b)
     if diff:
-        lines += ["### What to change", "", fence("\n".join(diff), "diff"), ""]
+        lines += ["### What to change", "", fence_lines(diff, "diff"), ""]
     if plan["why"]:
         lines += [f"**Why:** {escape(plan['why'])}", ""]
     if plan["command"]:
-        lines += ["### Launch", "", fence(plan["command"], "sh"), ""]
+        lines += ["### Launch", "", fence_lines([plan["command"]], "sh"), ""]
     if plan["levers"]:
         lines += ["### What works instead", ""]
         for i, lever in enumerate(plan["levers"], 1):
-            lines += [f"{i}. {escape(lever['text'])}", "", fence(lever["command"], "sh"), ""]
+            lines += [
+                f"{i}. {escape(lever['text'])}",
+                "",
+                fence_lines([lever["command"]], "sh"),
+                "",
+            ]
     lines += [
         "| quantity | value |",
         "| --- | --- |",
         f"| card | {escape(plan['card'] or 'unknown')} |",
         f"| model | {escape(plan['model'] or 'unknown')} |",
-        f"| tensor parallelism | {plan['tp']} |",
+        f"| tensor parallelism | {escape(plan['tp'])} |",
         *(f"| {escape(name)} | {escape(value)} |" for name, value in _rows(plan, b)),
         "",
     ]
@@ -249,6 +259,6 @@ def render_markdown(rep: dict[str, Any]) -> str:
         pie = rep["picture"]["after"] or rep["picture"]["before"]
         chart = picture.mermaid(pie, f"the card at y = {pie['y']:.2f}")
         if chart:
-            lines += ["```mermaid", chart, "```", ""]
+            lines += [fence(chart, "mermaid"), ""]
     lines += [f"- {escape(n)}" for n in rep["notices"]]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,6 @@
-"""Terminal report (rich). Log text is printed as plain Text, never parsed as markup."""
+"""Terminal report (rich). Log text is printed as plain Text, never parsed as markup, and only
+after ``labels.visible_tree`` made its control characters visible: rich passes ESC through, so
+without it a log line or a process name could clear the screen or forge a link."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from oomdoctor.report.firstscreen import (
     oom_rows,
     rank_table,
 )
-from oomdoctor.report.labels import holder_label
+from oomdoctor.report.labels import holder_label, one_line, visible_tree
 
 _STYLE = MappingProxyType(
     {
@@ -162,6 +164,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     from rich.console import Console
     from rich.text import Text
 
+    report = visible_tree(report)  # first: every string below comes from here
     buf = io.StringIO()
     rich_console = Console(  # every setting given: rich then never probes the terminal
         file=buf,
@@ -187,7 +190,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     if not report["actions"]:
         console.print(Text("Nothing: no out-of-memory was found."))
     for line in change_lines(report["actions"]):
-        console.print(Text(f"  {line}", style="green" if line[0] == "+" else "red"))
+        console.print(Text(f"  {one_line(line)}", style="green" if line[0] == "+" else "red"))
     for i, a in enumerate(report["actions"], 1):
         console.print(Text(f"{i}. ", style="bold") + Text(a["text"]))
         if a.get("basis"):
@@ -231,10 +234,11 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
         if n:  # the winner's title is the summary above; the others say what they saw
             console.print(Text(f"[{f['rule']}] ", style="bold") + Text(f["title"]))
         for e in f["evidence"]:
-            where = ("" if one else f"{e['source']}:") + str(e["line"])
+            where = one_line(("" if one else f"{e['source']}:") + str(e["line"]))
             where += f" [{e['rank']}]" if e.get("rank") else ""
             room = max(width - len(where) - 4, 40)  # one terminal row each: the JSON has more
-            text = e["text"] if len(e["text"]) <= room else e["text"][: room - 1] + "…"
+            text = one_line(e["text"])  # a log line is one line: a newline in it starts none
+            text = text if len(text) <= room else text[: room - 1] + "…"
             console.print(Text(f"  {where}: ", style="cyan") + Text(text), soft_wrap=True)
     for n in report["notices"]:
         console.print(Text(f"note: {n}", style="dim"))
