@@ -261,7 +261,7 @@ def emit_report(
 
     data = build_report(diagnosis)
     if not no_redact:
-        data = redact_report(data)
+        data = redact_report(data, fmt)
     write_svg(data, svg)
     to_stream = not output or output == "-"
     width = terminal_width() if to_stream and is_terminal(stream) else 100

@@ -1,7 +1,8 @@
 """The report: a JSON-compatible dict built from a Diagnosis (schema of DESIGN §5).
 
-All three output formats render this one dict, after redaction, so they always agree and the
-redaction count covers everything that is printed.
+All three output formats render this one dict, after redaction, so they always agree; the
+redaction count is of what the chosen format prints. Log text is cut here only where no secret is
+split (``secrets.cut``), so the redaction that follows masks every secret whole.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from oomdoctor.knowledge import family
 from oomdoctor.model import Failure, Line, SglangBudget
 from oomdoctor.report import picture
 from oomdoctor.report.budget_json import budget_dict
+from oomdoctor.report.secrets import cut
 
 if TYPE_CHECKING:
     from oomdoctor.gpu.view import GpuView
 
 SCHEMA_VERSION = 1
 MAX_EVIDENCE_TEXT = 400
+MAX_MESSAGE_TEXT = 1000
 OOM_DIGITS = 6
 #: server_args fields worth showing in a memory report (the rest stays in the log).
 MEMORY_ARGS = (
@@ -56,9 +59,8 @@ def _r(x: float | None, digits: int = 2) -> float | None:
 
 
 def line_ref(line: Line, sources: tuple[str, ...], note: str | None = None) -> dict[str, Any]:
-    text = line.raw.rstrip("\n")
-    if len(text) > MAX_EVIDENCE_TEXT:
-        text = text[:MAX_EVIDENCE_TEXT] + "…"
+    # cut where no secret is split: redaction, later, then masks each one whole
+    text = cut(line.raw.rstrip("\n"), MAX_EVIDENCE_TEXT)
     ref: dict[str, Any] = {
         "source": sources[line.source] if line.source < len(sources) else None,
         "line": line.number,
@@ -79,7 +81,7 @@ def _failure_dict(f: Failure | None, sources: tuple[str, ...]) -> dict[str, Any]
         "site": f.site,
         "stage": f.stage,
         "ranks": list(f.ranks),
-        "message": f.message[:1000],
+        "message": cut(f.message, MAX_MESSAGE_TEXT, mark=""),
         "where": line_ref(f.line, sources),
         "frames": [
             {"path": fr.path, "line": fr.lineno, "function": fr.func} for fr in f.frames[-12:]

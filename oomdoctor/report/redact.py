@@ -1,101 +1,173 @@
-"""Remove secrets from everything a report prints.
+"""Remove secrets from everything a report prints (the shapes are in :mod:`.secrets`).
 
 SGLang prints api_key, admin_api_key and ssl_keyfile_password in clear text in every server_args
-line (sglang-logs.md §2.1); logs also carry tokens in URLs, headers and environment dumps.
+line (sglang-logs.md §2.1); logs also carry tokens in URLs, headers, flags and environment dumps.
+Every string of the report is masked; ``redactions`` counts only what the chosen format prints
+(``SHOWN``). Evidence lines that follow each other in a log are redacted in order, so a secret
+wrapped onto the next line is masked there too.
 """
 
 from __future__ import annotations
 
-import re
+from fnmatch import fnmatchcase
+from types import MappingProxyType
 from typing import Any
 
-MASK = "<redacted>"
+from oomdoctor.report.secrets import (
+    MASK,
+    POLICIES,
+    cut,
+    is_secret,
+    key_policy,
+    mask,
+    redact_text,
+)
 
-_SECRET_FIELDS = (
-    r"api_key|admin_api_key|ssl_keyfile_password|watermark_key(?:_b)?|watermark_config"
-    r"|\w*_extra_config|modelexpress_config|kv_events_config|unified_cache_external_linker_config"
-    r"|hf_token|HF_TOKEN|HUGGING_FACE_HUB_TOKEN|OPENAI_API_KEY|aws_secret_access_key"
-    r"|AWS_SECRET_ACCESS_KEY|password|passwd"
+__all__ = ["MASK", "SHOWN", "Redactor", "cut", "redact_report", "redact_text"]
+
+#: The report fields each format prints (dotted paths, ``*`` for any key or list index); a
+#: redaction elsewhere is masked but not counted. JSON prints everything.
+_BOTH = (
+    "verdict.summary",
+    "verdict.why",
+    "actions.*.text",
+    "actions.*.basis",
+    "actions.*.flag",
+    "actions.*.value",
+    "actions.*.current",
+    "budget.stage",
+    "budget.rank",
+    "budget.gpu",
+    "budget.ranks.*.stage",
+    "budget.ranks.*.rank",
+    "findings.*.rule",
+    "findings.*.title",
+    "findings.*.evidence.*.source",
+    "findings.*.evidence.*.rank",
+    "findings.*.evidence.*.text",
+    "notices.*",
+    "timeline.first_ts",
+    "timeline.last_ts",
+    "gpu.source",
+    "gpu.time",
+    "gpu.mapping",
+    "gpu.devices.*.name",
+    "gpu.devices.*.pci_bus_id",
+    "gpu.processes.*.name",
+    "gpu.processes.*.gpu_uuid",
+    "input.sglang_version",
 )
-# key=value / 'key': value / "key": value / KEY=value; the value is a quoted string, a {...} blob
-# (one level of nesting), or a bare token.
-_FIELD = re.compile(
-    r"""(?P<key>['"]?\b(?:""" + _SECRET_FIELDS + r""")\b['"]?)(?P<sep>\s*[:=]\s*)"""
-    r"""(?P<value>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\{(?:[^{}]|\{[^{}]*\})*\}|[^\s,)}\]]+)"""
+SHOWN = MappingProxyType(
+    {
+        "text": _BOTH,
+        "markdown": (
+            *_BOTH,
+            "input.sources.*",
+            "budget.*_basis",
+            "findings.*.category",
+            "picture.svg",
+        ),
+        "json": ("**",),
+    }
 )
-_FLAG = re.compile(
-    r"(?P<key>--(?:admin-)?api-key|--ssl-keyfile-password)(?P<sep>[= ])(?P<value>\S+)"
-)
-_TOKENS = re.compile(
-    r"\bhf_[A-Za-z0-9]{20,}"
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
-    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
-    r"|\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}"
-    r"|\bxox[abpors]-[A-Za-z0-9-]{10,}"
-    r"|\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"  # JWT
-)
-_BEARER = re.compile(r"(?i)(?P<key>\b(?:bearer|token)\s+)(?P<value>[A-Za-z0-9._~+/=\-]{12,})")
-_AUTH = re.compile(r"(?i)(?P<key>\bauthorization\s*[:=]\s*)(?P<value>(?:basic|bearer)?\s*\S+)")
-_URL_PASSWORD = re.compile(r"(?P<key>\b[a-z][a-z0-9+.\-]*://[^:/@\s]+:)(?P<value>[^@/\s]+)(?=@)")
-_NOT_SECRET = frozenset(
-    {"None", "null", "''", '""', "{}", "'{}'", '"{}"', "False", "True", "0", "", MASK}
-)
+
+
+def _is_line_ref(v: Any) -> bool:
+    return isinstance(v, dict) and {"source", "line", "text"} <= v.keys()
 
 
 class Redactor:
-    """Replaces secrets in strings and counts how many it replaced."""
+    """Replaces secrets in strings and JSON-like values, and remembers where it replaced them."""
 
     def __init__(self) -> None:
-        self.count = 0
+        self.paths: list[tuple[str, ...]] = []
 
-    def _keyed(self, m: re.Match[str]) -> str:
-        value = m.group("value")
-        if value.strip("'\"") in _NOT_SECRET or value in _NOT_SECRET or MASK in value:
-            return m.group(0)
-        self.count += 1
-        quote = value[0] if value[:1] in "'\"" and value[-1:] == value[:1] else ""
-        sep = m.groupdict().get("sep") or ""
-        return f"{m.group('key')}{sep}{quote}{MASK}{quote}"
+    @property
+    def count(self) -> int:
+        """How many secrets were masked, everywhere."""
+        return len(self.paths)
 
-    def _token(self, m: re.Match[str]) -> str:
-        self.count += 1
-        return MASK
+    def shown(self, fmt: str) -> int:
+        """How many of them are in fields that format ``fmt`` prints (``SHOWN``)."""
+        patterns = [p.split(".") for p in SHOWN.get(fmt, ("**",))]
+        return sum(
+            any(
+                p == ["**"] or (len(p) == len(path) and all(map(fnmatchcase, path, p)))
+                for p in patterns
+            )
+            for path in self.paths
+        )
+
+    def _text(self, s: str, path: tuple[str, ...], carried: bool = False) -> tuple[str, bool]:
+        out, n, ended = mask(s, carried)
+        self.paths.extend([path] * n)
+        return out, ended
 
     def text(self, s: str) -> str:
-        if not s:
-            return s
-        s = _FIELD.sub(self._keyed, s)
-        s = _FLAG.sub(self._keyed, s)
-        s = _URL_PASSWORD.sub(self._keyed, s)
-        s = _AUTH.sub(self._keyed, s)
-        s = _BEARER.sub(self._keyed, s)
-        return _TOKENS.sub(self._token, s)
+        """``s`` with its secrets masked."""
+        return self._text(s, ())[0]
 
-    def walk(self, value: Any) -> Any:
+    def _field(self, key: Any, value: Any) -> bool:
+        """Whether a dict's value is a secret because of its key (``{"hf_token": "…"}``)."""
+        policy = key_policy(key) if isinstance(key, str) else None
+        if policy is None or value is None or isinstance(value, bool):
+            return False
+        if isinstance(value, str | int | float):
+            return is_secret(policy, str(value))
+        return policy is POLICIES["strong"] and bool(value)
+
+    def walk(self, value: Any, path: tuple[str, ...] = ()) -> Any:
         """A copy of a JSON-like value with every string redacted."""
         if isinstance(value, str):
-            return self.text(value)
+            return self._text(value, path)[0]
         if isinstance(value, dict):
             out = {}
             for k, v in value.items():
-                if (
-                    isinstance(k, str)
-                    and re.fullmatch(_SECRET_FIELDS, k)
-                    and v not in (None, "", False)
-                ):
-                    self.count += 1
+                here = (*path, str(k))
+                if self._field(k, v):
+                    self.paths.append(here)
                     out[k] = MASK
                 else:
-                    out[k] = self.walk(v)
+                    out[k] = self.walk(v, here)
             return out
         if isinstance(value, list | tuple):
-            return [self.walk(v) for v in value]
+            return self._list(value, path)
         return value
 
+    def _list(self, items: list[Any] | tuple[Any, ...], path: tuple[str, ...]) -> list[Any]:
+        """Items in order; a line ref right below one whose text ended in a secret gets the
+        continuation check (a secret wrapped over two log lines)."""
+        out: list[Any] = []
+        before: tuple[Any, Any, bool] | None = None
+        for i, item in enumerate(items):
+            here = (*path, str(i))
+            if not _is_line_ref(item):
+                out.append(self.walk(item, here))
+                before = None
+                continue
+            carried = (
+                before is not None
+                and before[2]
+                and before[0] == item["source"]
+                and isinstance(item["line"], int)
+                and item["line"] == before[1] + 1
+            )
+            ref: dict[str, Any] = {}
+            ended = False
+            for k, v in item.items():
+                if k == "text" and isinstance(v, str):
+                    ref[k], ended = self._text(v, (*here, k), carried)
+                else:
+                    ref[k] = self.walk(v, (*here, k))
+            out.append(ref)
+            before = (item["source"], item["line"], ended)
+        return out
 
-def redact_report(report: dict[str, Any]) -> dict[str, Any]:
-    """The report with secrets masked and ``redactions`` set to how many were masked."""
+
+def redact_report(report: dict[str, Any], fmt: str = "json") -> dict[str, Any]:
+    """The report with every secret masked, and ``redactions`` set to how many of them the
+    format ``fmt`` prints (``text``, ``markdown``; ``json`` prints them all)."""
     r = Redactor()
     clean: dict[str, Any] = r.walk(report)
-    clean["redactions"] = r.count
+    clean["redactions"] = r.shown(fmt)
     return clean

@@ -18,6 +18,7 @@ from oomdoctor.report.firstscreen import (
     rank_table,
 )
 from oomdoctor.report.labels import holder_label, one_line, visible_tree
+from oomdoctor.report.secrets import MASK
 
 _STYLE = MappingProxyType(
     {
@@ -238,6 +239,9 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
             where += f" [{e['rank']}]" if e.get("rank") else ""
             room = max(width - len(where) - 4, 40)  # one terminal row each: the JSON has more
             text = one_line(e["text"])  # a log line is one line: a newline in it starts none
+            masked = text.rfind(MASK)  # a mask the redaction count includes stays in view
+            if masked >= 0:
+                room = max(room, masked + len(MASK) + 1)
             text = text if len(text) <= room else text[: room - 1] + "…"
             console.print(Text(f"  {where}: ", style="cyan") + Text(text), soft_wrap=True)
     for n in report["notices"]:
