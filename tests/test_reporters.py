@@ -137,3 +137,12 @@ def test_text_report_shows_control_characters() -> None:
     report["verdict"]["summary"] = "\x1b[2J\x1b]8;;http://evil\x1b\\x\x1b]8;;\x1b\\\r\u202e"
     out = render(report, "text", color=False)
     assert "␛[2J␛]8;;http://evil␛\\x␛]8;;␛\\␍\\u202e" in out and "\x1b" not in out
+
+
+def test_json_writes_c1_and_bidi_controls_as_escapes() -> None:
+    report = copy.deepcopy(_load("startup.json"))
+    report["verdict"]["summary"] = "csi \x9b2J and \u202eevil\u2066 ok"
+    out = render(report, "json")
+    assert "\x9b" not in out and "\u202e" not in out and "\u2066" not in out
+    assert "\\u009b" in out and "\\u202e" in out
+    assert json.loads(out) == report

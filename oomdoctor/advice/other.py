@@ -221,7 +221,7 @@ def _pressure_levers(ctx: Context) -> list[Action]:
             flag="--schedule-conservativeness",
             direction="raise",
             value=1.3,
-            current=ctx.incident.server_args.get("schedule_conservativeness"),
+            current=_number(ctx.incident.server_args.get("schedule_conservativeness")),
         )
     ]
     running = ctx.arg_int("max_running_requests")
@@ -381,3 +381,10 @@ def gpu_fault(ctx: Context) -> list[Action]:
             )
         )
     return out
+
+
+def _number(value: object) -> float | None:
+    """A flag's logged value as a number, or None (a log can print anything there)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

@@ -8,6 +8,7 @@ the levers that do (plan_levers.py), each with a launch command that was checked
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import NamedTuple
@@ -299,7 +300,8 @@ def fixed_by_fraction(now: Plan) -> Plan | None:
 
 
 def command(p: PlanInput, y: float, context: int | None) -> str:
-    parts = ["python -m sglang.launch_server", f"--model-path {p.model_path or 'MODEL'}"]
+    model = shlex.quote(p.model_path) if p.model_path else "MODEL"  # a path is pasted into a shell
+    parts = ["python -m sglang.launch_server", f"--model-path {model}"]
     if p.tp > 1:
         parts.append(f"--tp-size {p.tp}")
     if p.pp > 1:
