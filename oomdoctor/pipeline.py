@@ -23,8 +23,9 @@ from oomdoctor.incident.feed import Feeder
 from oomdoctor.knowledge import Knowledge, builtin, family
 from oomdoctor.model import Budget, Failure, Incident, Line
 from oomdoctor.read import parallel
-from oomdoctor.read.sources import ReadStats, iter_blocks, open_source
-from oomdoctor.rules import engine, features, verdict
+from oomdoctor.read.sources import ReadStats, iter_blocks, open_source, plain_file, read_notices
+from oomdoctor.read.sources import label as source_label
+from oomdoctor.rules import engine, features, schema, verdict
 from oomdoctor.rules.loader import load
 from oomdoctor.rules.schema import Rule, builtin_dir
 
@@ -62,6 +63,12 @@ def matchers(rules: Iterable[Rule], knowledge: Knowledge | None = None) -> list[
     return out
 
 
+def extractor_for(rules: Iterable[Rule], knowledge: Knowledge | None = None) -> Extractor:
+    """The extractor of one run: every signature, knowledge marker and rule pattern, each rule
+    pattern with its time budget for the run (rules/schema.py PATTERN_BUDGET)."""
+    return Extractor(matchers(rules, knowledge), pattern_budget=schema.PATTERN_BUDGET)
+
+
 def read(
     names: Sequence[str],
     rules: Sequence[Rule],
@@ -70,8 +77,8 @@ def read(
     knowledge: Knowledge | None = None,
 ) -> Incident:
     """Read every input (one incident) and assemble what they say. InputError if unreadable."""
-    extractor = Extractor(matchers(rules, knowledge))
-    labels = tuple("<stdin>" if n == "-" else n for n in names)
+    extractor = extractor_for(rules, knowledge)
+    labels = tuple(source_label(n) for n in names)
     assembler = Assembler(labels, knowledge)
     notices: list[str] = []
     streams = [open_source(n, stdin) for n in names]  # fail before reading anything
@@ -81,7 +88,7 @@ def read(
             stats = ReadStats(label)
             scans = (
                 parallel.scan_file(Path(name), extractor.scanner, stats, progress)
-                if (name != "-" and parallel.usable(Path(name)))
+                if (name != "-" and parallel.usable(Path(name)) and plain_file(Path(name)))
                 else None
             )
             if scans is None:
@@ -91,13 +98,12 @@ def read(
                 scans = (extractor.scanner.scan(block) for block in blocks)
             feeder.blocks(scans)
             assembler.lines_read += stats.lines
-            notices.extend(_read_notices(stats))
+            notices.extend(read_notices(stats))
     finally:
         for name, stream in zip(names, streams, strict=False):
             if name != "-":
                 stream.close()
-    for kind, why in extractor.disabled.items():
-        notices.append(f"rule pattern {kind[8:]} was disabled for this run: {why}")
+    notices.extend(extractor.notices(labels))
     incident = assembler.incident()
     if notices:
         incident = incident._replace(notices=incident.notices + tuple(notices))
@@ -109,12 +115,21 @@ def stream_parser(
     label: str,
     on_crash: Callable[[Line], None] | None = None,
     knowledge: Knowledge | None = None,
+    decode: bool | None = None,
 ) -> StreamParser:
-    """The incremental parser `watch` and `diagnose --follow` feed with live output."""
+    """The incremental parser `watch` and `diagnose --follow` feed with live output.
+
+    ``decode``: the bytes fed are decoded as ``diagnose -`` decodes standard input (gzip, bzip2,
+    xz, UTF-16/32); a format that cannot be decoded sets ``input_error``. None (the default):
+    decode standard input (``label`` ``<stdin>``: what ``--follow`` reads), not a server's own
+    output (`watch`) nor a file's head that was decoded already."""
     from oomdoctor.incident.live import StreamParser
 
     return StreamParser(
-        Extractor(matchers(rules, knowledge)), Assembler((label,), knowledge), on_crash
+        extractor_for(rules, knowledge),
+        Assembler((source_label(label),), knowledge),
+        on_crash,
+        label == "<stdin>" if decode is None else decode,
     )
 
 
@@ -136,21 +151,6 @@ def _counting(blocks: Iterable[bytes], progress: Progress, stream: BinaryIO) -> 
         if last < 0:
             progress(len(block))
         yield block
-
-
-def _read_notices(stats: ReadStats) -> list[str]:
-    out = []
-    if stats.bytes_read == 0 and not stats.read_error:
-        out.append(f"{stats.name}: the input is empty")
-    if stats.cut_lines:
-        out.append(f"{stats.name}: {stats.cut_lines} line(s) longer than 1 MiB were cut")
-    if stats.gzip_truncated:
-        out.append(f"{stats.name}: the gzip stream is truncated; what could be read was used")
-    elif stats.read_error:
-        out.append(f"{stats.name}: reading stopped early: {stats.read_error}")
-    if stats.utf16:
-        out.append(f"{stats.name}: UTF-16 input was converted to UTF-8")
-    return out
 
 
 class Judged(NamedTuple):

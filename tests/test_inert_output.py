@@ -216,8 +216,9 @@ def test_diagnose_markdown_of_a_hostile_log_is_inert(renderer: str, hostile_log:
     assert code_ in (0, 1) and not err, err
     assert_inert(md, renderer)
     assert "\x1b" not in md
-    # the evidence was shown, inside its fence, as text
-    assert any("&lt;img src=x" in d or "<img src=x" in d for d in _code_text(md)), md
+    # the evidence was shown, inside its fence, as visible text (the reader ends a line at
+    # its trailing carriage return, so the planted tail after it is a line of its own)
+    assert any("␛]8;;http://evil" in d for d in _code_text(md)), md
 
 
 def _code_text(md: str) -> list[str]:
@@ -227,8 +228,10 @@ def _code_text(md: str) -> list[str]:
 
 
 def test_a_server_args_value_cannot_break_out_of_the_diff(hostile_log: Path) -> None:
-    """The launch-flag diff quotes server_args values: a value with a newline and a fence
-    stays on its own diff line, inside the fence, and adds no `+` line."""
+    """A logged server_args value that is not a number is never quoted into the diff (the
+    advice takes a flag's current value only as a number); whatever is quoted stays on its own
+    diff line, inside the fence, and adds no `+` line (tests/test_reporters.py checks a string
+    value's line by itself)."""
     from markdown_it import MarkdownIt
 
     _, md, _ = _invoke("diagnose", str(hostile_log), "--format", "markdown", "--no-gpu")
@@ -236,9 +239,8 @@ def test_a_server_args_value_cannot_break_out_of_the_diff(hostile_log: Path) -> 
     diffs = [t for t in tokens if t.type == "fence" and t.info == "diff"]
     assert len(diffs) == 1
     lines = diffs[0].content.splitlines()
-    assert "- --schedule-conservativeness 1.0␊```␊<img src=x onerror=alert(1)>␊+ --evil-flag 1" in (
-        lines
-    )
+    assert "+ --schedule-conservativeness 1.30" in lines
+    assert not any("<img" in line or "evil" in line for line in lines), lines
     assert all(re.match(r"[-+] (--[a-z-]+ |[A-Z_]+=)", line) for line in lines), lines
     assert not any(line.startswith("+ --evil-flag") for line in lines)
     assert not [t for t in tokens if t.type in ("html_block", "html_inline")]

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from oomdoctor.units import in_range
+
 DTYPE_BYTES = MappingProxyType(
     {
         "float32": 4.0,
@@ -81,10 +83,26 @@ def _get(cfg: Mapping[str, Any], *names: str, default: Any = None) -> Any:
 
 
 def _int(cfg: Mapping[str, Any], *names: str, default: int | None = None) -> int:
+    """A positive whole number of the config (sizes and counts: none of them is 0 or an
+    infinity), or ConfigError."""
     value = _get(cfg, *names, default=default)
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+    if (
+        value is None
+        or isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not in_range(value)
+        or value < 1
+    ):
         raise ConfigError(f"config has no usable {'/'.join(names)}")
     return int(value)
+
+
+def _opt(cfg: Mapping[str, Any], name: str, default: int) -> int:
+    """An optional count of the config (0 allowed); ``default`` where it is unusable."""
+    value = cfg.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not in_range(value):
+        return default
+    return max(int(value), 0)
 
 
 def load(path: Path) -> ModelShape:
@@ -132,7 +150,7 @@ def shape(
     hidden = _int(cfg, "hidden_size", "d_model", "n_embd")
     heads = _int(cfg, "num_attention_heads", "n_head")
     kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads)
-    head_dim = _int(cfg, "head_dim", default=hidden // heads)
+    head_dim = _int(cfg, "head_dim", default=max(hidden // heads, 1))
     v_head_dim = (
         _int(cfg, "v_head_dim", default=head_dim) if model_type not in MLA_MODELS else head_dim
     )
@@ -204,11 +222,11 @@ def _param_count(
 ) -> int:
     """Parameters of a decoder-only transformer (dense, MoE, MLA); norms and biases ignored."""
     if "kv_lora_rank" in cfg:
-        rope = int(cfg.get("qk_rope_head_dim", 64))
-        nope = int(cfg.get("qk_nope_head_dim", 128))
-        v_dim = int(cfg.get("v_head_dim", 128))
-        kv_rank = int(cfg["kv_lora_rank"])
-        q_rank = cfg.get("q_lora_rank")
+        rope = _opt(cfg, "qk_rope_head_dim", 64)
+        nope = _opt(cfg, "qk_nope_head_dim", 128)
+        v_dim = _opt(cfg, "v_head_dim", 128)
+        kv_rank = _opt(cfg, "kv_lora_rank", 0)
+        q_rank = _opt(cfg, "q_lora_rank", 0)
         q = (
             hidden * q_rank + q_rank * heads * (nope + rope)
             if q_rank
@@ -222,19 +240,23 @@ def _param_count(
         )
     else:
         attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-    dense_ffn = 3 * hidden * int(cfg.get("intermediate_size", 4 * hidden))
-    experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
+    dense_ffn = 3 * hidden * _opt(cfg, "intermediate_size", 4 * hidden)
+    experts = (
+        _opt(cfg, "n_routed_experts", 0)
+        or _opt(cfg, "num_experts", 0)
+        or _opt(cfg, "num_local_experts", 0)
+    )
     mlp_total = 0
     if experts:
-        moe_inter = int(
-            cfg.get("moe_intermediate_size") or cfg.get("intermediate_size", 4 * hidden)
+        moe_inter = _opt(cfg, "moe_intermediate_size", 0) or _opt(
+            cfg, "intermediate_size", 4 * hidden
         )
-        shared = int(cfg.get("n_shared_experts") or 0) * 3 * hidden * moe_inter
-        shared += 3 * hidden * int(cfg.get("shared_expert_intermediate_size") or 0)
-        moe = int(experts) * 3 * hidden * moe_inter + shared + hidden * int(experts)
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
-        freq = int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1)
-        moe_layers = sum(1 for i in range(first_dense, layers) if (i - first_dense) % freq == 0)
+        shared = _opt(cfg, "n_shared_experts", 0) * 3 * hidden * moe_inter
+        shared += 3 * hidden * _opt(cfg, "shared_expert_intermediate_size", 0)
+        moe = experts * 3 * hidden * moe_inter + shared + hidden * experts
+        first_dense = min(_opt(cfg, "first_k_dense_replace", 0), layers)
+        freq = _opt(cfg, "moe_layer_freq", 0) or _opt(cfg, "decoder_sparse_step", 0) or 1
+        moe_layers = -(-(layers - first_dense) // freq)  # i in [first_dense, layers), every freq-th
         mlp_total = moe_layers * moe + (layers - moe_layers) * dense_ffn
     else:
         mlp_total = layers * dense_ffn

@@ -70,10 +70,16 @@ def build(incident: Incident, primary: Failure | None) -> SglangBudget:
             "`Load weight begin` is not in the log: pre is taken as post + weights "
             f"= {post:.2f} + {weights:.2f} GiB"
         )
+    if pre is not None and pre <= 0:
+        notices.append(
+            f"the log says {pre:.2f} GiB was free before loading: no fraction is a share of "
+            "that, so the budget does without it"
+        )
+        pre = None
     if weights is None and pre is not None and post is not None:
         weights = pre - post
-    if len(with_pre) > 1 and tight is not None:
-        spread = max(r.pre.value for r in with_pre if r.pre) - pre  # type: ignore[operator]
+    if len(with_pre) > 1 and tight is not None and pre is not None:
+        spread = max(r.pre.value for r in with_pre if r.pre) - pre
         if spread > 1.0:
             notices.append(
                 f"ranks disagree on free memory before loading by {spread:.2f} GiB; "
@@ -250,8 +256,10 @@ def _silent_rank(incident: Incident) -> str | None:
     failure = next((f for f in incident.failures if f.kind == "tp_imbalance"), None)
     if tp is None or failure is None or not all(re.fullmatch(r"TP\d+", r) for r in failure.ranks):
         return None
-    missing = set(range(tp)) - {int(r[2:]) for r in failure.ranks}
-    return f"TP{missing.pop()}" if len(missing) == 1 else None
+    raised = {n for r in failure.ranks if 0 <= (n := int(r[2:])) < tp}
+    if tp - len(raised) != 1:  # (never a set of range(tp): a logged tp_size can be huge)
+        return None
+    return next(f"TP{n}" for n in range(tp) if n not in raised)
 
 
 def _bpt_from_negative_profile(incident: Incident, kv: float) -> int | None:

@@ -41,8 +41,8 @@ MODEL_LEN_STEP = 256
 
 
 def tokens_in(kv_gib: float, bytes_per_token: int) -> int:
-    """How many tokens a KV pool of ``kv_gib`` holds."""
-    return int(kv_gib * GIB // bytes_per_token)
+    """How many tokens a KV pool of ``kv_gib`` holds (none at a logged 0 bytes per token)."""
+    return int(kv_gib * GIB // bytes_per_token) if bytes_per_token > 0 else 0
 
 
 def kv_for_tokens(tokens: int, bytes_per_token: int) -> float:
@@ -135,7 +135,8 @@ def lower_y(b: SglangBudget, shortfall: float | None, margin: float) -> Lower:
     y, pre = b.mem_fraction_static, b.pre_gib
     assert y is not None and pre is not None
     need = None if shortfall is None else shortfall + margin
-    rec = round_down(y - BLIND_STEP) if need is None else round_down(y - need / pre)
+    blind = need is None or pre <= 0  # a logged pre of 0: no share to take the need from
+    rec = round_down(y - BLIND_STEP) if blind else round_down(y - need / pre)  # type: ignore[operator]
     capped = None
     if b.window.high is not None and rec > b.window.high:
         # The failed allocation alone allows more, but the runtime reserve SGLang plans for this
@@ -179,22 +180,28 @@ def grow_into_headroom(b: SglangBudget) -> Grow | None:
 
 def lower_stage_y(y: float, pre: float, shortfall: float) -> float:
     """An Omni sibling stage's own y, lowered by the shortfall plus MARGIN_MIN_GIB."""
+    if pre <= 0:
+        return round_down(y - BLIND_STEP)
     return round_down(y - (shortfall + MARGIN_MIN_GIB) / pre)
 
 
 def thinker_budget_for(stage: float, need_gib: float, capacity_gib: float) -> float:
     """Omni: the thinker's stage budget (a share of the card) that adds ``need_gib`` of pool."""
-    return round_up(stage + need_gib / capacity_gib + 0.01)
+    share = need_gib / capacity_gib if capacity_gib > 0 else BLIND_STEP
+    return round_up(stage + share + 0.01)
 
 
 def thinker_y_for(y: float, need_gib: float, pre: float) -> float:
     """Omni: the thinker's y that adds ``need_gib`` of pool."""
-    return round_up(y + need_gib / pre + 0.01)
+    share = need_gib / pre if pre > 0 else BLIND_STEP
+    return round_up(y + share + 0.01)
 
 
 def colocated_budget_floor(total: float, used: float) -> tuple[float, float]:
     """Omni: the stage budget below which no pool is left (used / total), and the value that
     leaves at least 2 GiB (or 0.02 of the card) above it."""
+    if total <= 0:
+        return 1.0, 1.0  # a card of no memory (a misprint): no budget leaves a pool
     floor = used / total
     return floor, round_up(floor + max(2.0 / total, 0.02))
 
@@ -234,7 +241,7 @@ def lower_u(b: VllmBudget) -> tuple[float, float, float | None] | None:
 
 def fit_startup_check(free: float, total: float) -> float:
     """The largest u whose total × u passes vLLM's start-up check against the free memory."""
-    return round_down(free / total)
+    return round_down(free / total) if total > 0 else 0.0
 
 
 def model_len_fits(b: VllmBudget) -> int | None:

@@ -189,7 +189,7 @@ def diagnose(
             knowledge=knowledge,
         )
     except InputError as exc:
-        fail(str(exc), "give a readable log file, a .gz file, or - for standard input")
+        fail(str(exc), "give a log as plain text, gzip, bzip2 or xz, or - for standard input")
     finally:
         if bar is not None:
             bar.close()
@@ -242,6 +242,8 @@ def _follow(
             copy.write(data)
         parser.feed(data)
     parser.close()
+    if parser.input_error:  # a stream no decoder here reads (zstd before Python 3.14, lz4, zip)
+        fail(parser.input_error)
     if not seen.text:
         fail(inputs.empty_message(["-"]))
     capture.wait()

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from oomdoctor import units
 from oomdoctor.extract.normalise import normalise
 from oomdoctor.model import Fact, Line, Scalar
 from oomdoctor.read.scan import Scanner
 
 #: Evidence text is kept to this many characters; the parsers see the whole line.
 MAX_EVIDENCE = 2000
+#: The key under which a matcher lists the numbers it refused (units.in_range); not a fact field.
+REFUSED = "_refused"
+#: Refused numbers named in the notice (the rest are counted).
+REFUSED_SHOWN = 3
+#: The kind of every rule pattern's facts starts so (``pattern:<rule id>.<name>``).
+RULE_PATTERN = "pattern:"
 #: A process prefix in the middle of a line: a tqdm bar that lost its `\r` runs straight into the
 #: next record (`... 79.11it/s](EngineCore_DP0 pid=10311) ERROR ...`). The line is split there.
 _EMBEDDED_PREFIX = re.compile(
@@ -69,7 +77,29 @@ class SignatureMatcher:
         data = self._sig.build(m)
         if data is None:
             return None
-        return {**data, "_start": m.start()}
+        return _physical({**data, "_start": m.start()}, m, self._sig.sizes)
+
+
+def _physical(
+    data: dict[str, Scalar], m: re.Match[str], sizes: frozenset[str]
+) -> dict[str, Scalar]:
+    """The fact's data with every number outside the physical range (units.in_range; sizes in
+    GiB to units.MAX_GIB) set to None, and what was refused under REFUSED (``key=text``)."""
+    refused = {
+        key: raw
+        for key, raw in m.groupdict().items()
+        if raw is not None and units.refused(raw, gib=key in sizes)
+    }
+    for key, value in data.items():
+        gib = key in sizes or key.endswith("_gib")
+        if isinstance(value, int | float) and not units.in_range(value, gib):
+            refused.setdefault(key, str(value))
+    for key in refused:
+        if key in data:
+            data[key] = None
+    if refused:
+        data[REFUSED] = ", ".join(f"{k}={v}" for k, v in refused.items())
+    return data
 
 
 @dataclass
@@ -86,8 +116,14 @@ class Extractor:
     scanner: Scanner = field(init=False)
     _by_anchor: dict[str, list[Matcher]] = field(init=False)
     _streams: dict[tuple[int, int | None], _Stream] = field(init=False, default_factory=dict)
+    #: Seconds each rule pattern may spend matching in this run (None: no limit). The per-line
+    #: timeout stops one catastrophic line; this stops a pattern that is merely slow on every one.
+    pattern_budget: float | None = None
     _order: dict[int, int] = field(init=False, default_factory=dict)
     disabled: dict[str, str] = field(init=False, default_factory=dict)  # kind → why
+    _spent: dict[str, float] = field(init=False, default_factory=dict)  # kind → seconds
+    _refused: list[tuple[int, int, str]] = field(init=False, default_factory=list)
+    refused_count: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self._by_anchor = {}
@@ -96,6 +132,37 @@ class Extractor:
                 self._by_anchor.setdefault(anchor, []).append(matcher)
             self._order[id(matcher)] = index
         self.scanner = Scanner(self._by_anchor)
+
+    def notices(self, labels: Sequence[str]) -> list[str]:
+        """What this run's extraction dropped: disabled rule patterns, numbers not believed."""
+        out = []
+        where = {m.kind: getattr(m, "where", "") for m in self.matchers}
+        for kind, why in self.disabled.items():
+            at = f" ({where[kind]})" if where.get(kind) else ""
+            out.append(
+                f"rule pattern {kind[len(RULE_PATTERN) :]} was disabled for this run{at}: {why}"
+            )
+        if self.refused_count:
+            shown = "; ".join(
+                f"{labels[s] if s < len(labels) else s}:{n} {what}" for s, n, what in self._refused
+            )
+            more = self.refused_count - len(self._refused)
+            out.append(
+                f"{self.refused_count} logged number(s) outside the physical range (an infinity, "
+                f"NaN, beyond 64 bits, or a size over {units.MAX_GIB:,.0f} GiB) were ignored: {shown}"
+                + (f"; and {more} more" if more > 0 else "")
+            )
+        return out
+
+    def _charge(self, kind: str, seconds: float, number: int) -> None:
+        """Add a rule pattern's time; past its budget it is disabled for the rest of the run."""
+        spent = self._spent[kind] = self._spent.get(kind, 0.0) + seconds
+        if self.pattern_budget is not None and spent > self.pattern_budget:
+            self.disabled.setdefault(
+                kind,
+                f"it used up its {self.pattern_budget:g} s time budget for this run "
+                f"(by line {number})",
+            )
 
     def facts(
         self, source: int, candidates: Iterable[tuple[int, bytes]]
@@ -145,13 +212,27 @@ class Extractor:
         facts: list[Fact] = []
         for mid in sorted(candidates, key=self._order.__getitem__):  # registration order
             matcher = candidates[mid]
-            if matcher.kind in self.disabled:
+            kind = matcher.kind
+            if kind in self.disabled:
                 continue
+            timed = self.pattern_budget is not None and kind.startswith(RULE_PATTERN)
+            start = time.perf_counter() if timed else 0.0
             try:
                 found = matcher.match(text)
             except TimeoutError:
-                self.disabled[matcher.kind] = f"its regex timed out on line {number}"
+                self.disabled[kind] = f"its regex timed out on line {number}"
                 continue
+            finally:
+                if timed:
+                    self._charge(kind, time.perf_counter() - start, number)
+            if found is not None and REFUSED in found:
+                self._refuse(source, number, str(found[REFUSED]))
+                found = {k: v for k, v in found.items() if k != REFUSED}
             if found is not None:
-                facts.append(Fact(matcher.kind, line, found))
+                facts.append(Fact(kind, line, found))
         return (line, facts) if facts else None
+
+    def _refuse(self, source: int, number: int, what: str) -> None:
+        self.refused_count += 1
+        if len(self._refused) < REFUSED_SHOWN:
+            self._refused.append((source, number, what[:200]))

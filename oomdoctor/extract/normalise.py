@@ -11,6 +11,8 @@ import re
 from types import MappingProxyType
 from typing import NamedTuple
 
+from oomdoctor.units import integer
+
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-B]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -81,6 +83,7 @@ _LEVELS = MappingProxyType({"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRI
 #: Loggers that make an Omni-format line an SGLang (Omni) line.
 _SGLANG_LOGGERS = ("sglang_omni", "stage_workers", "sglang.")
 _TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(-?\d+)")
+_DIGITS = re.compile(r"-?\d+")
 
 
 class Envelope(NamedTuple):
@@ -144,7 +147,7 @@ class _Outer:
             text = text[m.end() :]
         m = _RAY.match(text)
         if m:
-            self.actor_pid = int(m.group("pid"))
+            self.actor_pid = integer(m.group("pid"))
             self.actor = m.group("actor")
             self.actor_rank = _actor_rank(m.group("actor")) or self.actor_rank
             text = text[m.end() :]
@@ -179,9 +182,12 @@ def _env(
     logger: str | None = None,
 ) -> Envelope:
     """An Envelope with the outer prefixes' facts; ``style`` None means no logger envelope."""
+    rank = rank or outer.actor_rank
+    if rank is not None and any(integer(n) is None for n in _DIGITS.findall(rank)):
+        rank = None  # numbered beyond any cluster (units.MAX_NUMBER): not a rank
     return Envelope(
         text=text,
-        rank=rank or outer.actor_rank,
+        rank=rank,
         ts=ts or outer.ts,
         actor_pid=outer.actor_pid,
         level=level,
@@ -209,12 +215,12 @@ def _inner(text: str, outer: _Outer) -> Envelope:
             return _env(text[m.end() :], outer, "torch-cpp", level=_LEVELS[m.group("sev")])
         m = _ASCEND.match(text)
         if m:
-            rank = int(m.group("rank"))
+            rank = integer(m.group("rank"))
             return _env(
                 text[m.end() :],
                 outer,
                 "ascend",
-                rank=f"TP{rank}" if rank >= 0 else None,
+                rank=f"TP{rank}" if rank is not None and rank >= 0 else None,
                 ts=m.group("ts"),
                 level=m.group("level"),
             )
@@ -272,4 +278,4 @@ def rank_numbers(rank: str | None) -> dict[str, int]:
     """``"DP0 TP3"`` → ``{"DP": 0, "TP": 3}``."""
     if not rank:
         return {}
-    return {name: int(num) for name, num in _TAG.findall(rank)}
+    return {name: n for name, num in _TAG.findall(rank) if (n := integer(num)) is not None}

@@ -11,8 +11,14 @@ from collections.abc import Iterator
 from types import MappingProxyType
 
 from oomdoctor.model import OomMessage
+from oomdoctor.units import gib_or_none, integer, number
 
-_SIZE = r"(?P<{name}>\d+(?:\.\d+)?) ?(?P<{name}_u>bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB)"
+#: A size: never starting inside a longer number, and at most 20 digits each side of the point,
+#: so that a hostile run of thousands of digits costs one pass, not one per digit.
+_SIZE = (
+    r"(?<![\d.])(?P<{name}>\d{{1,20}}(?:\.\d{{1,20}})?) ?"
+    r"(?P<{name}_u>bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB)"
+)
 _UNITS = MappingProxyType(
     {
         "bytes": 1 / 2**30,
@@ -94,7 +100,8 @@ def _gib(m: re.Match[str], name: str) -> float | None:
     value = m.group(name)
     if value is None:
         return None
-    return float(value) * _UNITS[m.group(name + "_u")]
+    amount = number(value)
+    return gib_or_none(amount * _UNITS[m.group(name + "_u")]) if amount is not None else None
 
 
 def _first(pattern: _Words, text: str, name: str) -> float | None:
@@ -118,7 +125,7 @@ def parse_oom(text: str) -> OomMessage:
         return OomMessage(
             form="npu" if legacy.group("dev") == "NPU" else "pytorch_legacy",
             requested_gib=requested,
-            gpu=int(legacy.group("gpu")),
+            gpu=integer(legacy.group("gpu")),
             total_gib=fields.get("totalcapacity"),
             free_gib=fields.get("free"),
             allowed_gib=fields.get("allowed"),
@@ -130,10 +137,14 @@ def parse_oom(text: str) -> OomMessage:
     gpu: int | None = None
     total = free = None
     if modern:
-        gpu = int(modern.group("gpu")) if modern.group("gpu") else None
+        gpu = integer(modern.group("gpu"))
         total = _gib(modern, "total")
         free = _gib(modern, "free")
-    processes = tuple((int(m.group("pid")), _gib(m, "m") or 0.0) for m in _OTHER.finditer(text))
+    processes = tuple(
+        (pid, _gib(m, "m") or 0.0)
+        for m in _OTHER.finditer(text)
+        if (pid := integer(m.group("pid"))) is not None
+    )
     unalloc = _first(_UNALLOC, text, "r")
     return OomMessage(
         form="pytorch",
@@ -163,7 +174,7 @@ def parse_wrapped(parts: list[str]) -> OomMessage:
 def sampler_requests(text: str) -> int | None:
     """vLLM V1: `CUDA out of memory occurred when warming up sampler with N dummy requests`."""
     m = _SAMPLER.search(text)
-    return int(m.group("n")) if m else None
+    return integer(m.group("n")) if m else None
 
 
 def needs_more(text: str) -> bool:

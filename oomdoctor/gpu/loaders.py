@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from oomdoctor.gpu.snapshot import Device, Process, Snapshot, SnapshotError, from_json, norm_bus_id
+from oomdoctor.units import gib_or_none, integer, number
 
 MIB = 1 << 20
 MAX_SNAPSHOT_BYTES = 64 << 20
@@ -57,6 +58,10 @@ def parse(text: str) -> list[Snapshot]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SnapshotError(f"invalid JSON: {exc}") from None
+        except ValueError:  # an integer of more digits than Python converts (4300)
+            raise SnapshotError("invalid JSON: a number too long to be a count") from None
+        except RecursionError:
+            raise SnapshotError("invalid JSON: nested too deeply") from None
         if not isinstance(data, dict):
             raise SnapshotError("a JSON snapshot must be an object")
         return [from_json(data)]
@@ -71,13 +76,29 @@ def parse(text: str) -> list[Snapshot]:
 
 
 def _mib(text: str | None) -> int | None:
-    """``81559 MiB`` → bytes; ``N/A``, ``[N/A]``, empty → None."""
+    """``81559 MiB`` → bytes; ``N/A``, ``[N/A]``, empty, or a size beyond any GPU
+    (units.MAX_GIB) → None."""
     if text is None:
         return None
     m = _SIZE.match(text.replace("[", "").replace("]", ""))
     if not m:
         return None
-    return int(float(m.group(1)) * _UNIT[m.group(2)])
+    amount = number(m.group(1))
+    gib = gib_or_none(amount * _UNIT[m.group(2)] / (1 << 30)) if amount is not None else None
+    return int(gib * (1 << 30)) if gib is not None else None
+
+
+def _pid(text: str | None) -> int | None:
+    """A pid or GPU index as nvidia-smi prints it (ASCII digits, within units.MAX_NUMBER)."""
+    if not text or not (text.isascii() and text.isdigit()):
+        return None
+    return integer(text)
+
+
+def _shown(row: list[str]) -> str:
+    """A CSV row in a one-line message: short, whatever the file holds."""
+    text = repr(row)
+    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def _text(node: ET.Element | None, path: str) -> str | None:
@@ -99,7 +120,9 @@ def parse_xml(text: str) -> Snapshot:
     except ET.ParseError as exc:
         raise SnapshotError(f"invalid XML: {exc}") from None
     if root.tag != "nvidia_smi_log":
-        raise SnapshotError(f"XML root is <{root.tag}>, not <nvidia_smi_log> (nvidia-smi -q -x)")
+        raise SnapshotError(
+            f"XML root is <{root.tag[:40]}>, not <nvidia_smi_log> (nvidia-smi -q -x)"
+        )
     devices: list[Device] = []
     processes: list[Process] = []
     for position, gpu in enumerate(root.findall("gpu")):
@@ -122,12 +145,12 @@ def parse_xml(text: str) -> Snapshot:
         )
         del minor  # minor_number is not the CUDA ordinal either; never used for matching
         for info in gpu.findall("processes/process_info"):
-            pid = _text(info, "pid")
-            if pid is None or not pid.isdigit():
+            pid = _pid(_text(info, "pid"))
+            if pid is None:
                 continue
             processes.append(
                 Process(
-                    pid=int(pid),
+                    pid=pid,
                     gpu_uuid=uuid,
                     gpu_bus_id=bus,
                     used_bytes=_mib(_text(info, "used_memory")),
@@ -193,11 +216,14 @@ def _is_header(row: list[str]) -> bool:
 
 def _sections(text: str) -> list[list[list[str]]]:
     """Split CSV text into sections: a header row starts a new one (two queries in one file)."""
-    rows = [
-        [c.strip() for c in row]
-        for row in csv.reader(io.StringIO(text))
-        if any(c.strip() for c in row)
-    ]
+    try:
+        rows = [
+            [c.strip() for c in row]
+            for row in csv.reader(io.StringIO(text))
+            if any(c.strip() for c in row)
+        ]
+    except csv.Error as exc:  # a field over csv.field_size_limit (128 KiB), a NUL byte
+        raise SnapshotError(f"not nvidia-smi CSV: {exc}") from None
     sections: list[list[list[str]]] = []
     for row in rows:
         if _is_header(row) or not sections:
@@ -231,12 +257,12 @@ def _apps(rows: list[list[str]], columns: list[str]) -> Snapshot:
     processes = []
     for row in rows:
         rec = dict(zip(columns, row, strict=False))
-        pid = rec.get("pid", "")
-        if not pid.isdigit():
-            raise SnapshotError(f"compute-apps row without a numeric pid: {row}")
+        pid = _pid(rec.get("pid"))
+        if pid is None:
+            raise SnapshotError(f"compute-apps row without a numeric pid: {_shown(row)}")
         processes.append(
             Process(
-                pid=int(pid),
+                pid=pid,
                 gpu_uuid=rec.get("uuid") or None,
                 gpu_bus_id=norm_bus_id(rec.get("bus")),
                 used_bytes=_mib(rec.get("used")),
@@ -253,7 +279,7 @@ def _gpus(rows: list[list[str]], columns: list[str]) -> Snapshot:
         index = rec.get("index", "")
         devices.append(
             Device(
-                index=int(index) if index.isdigit() else None,
+                index=_pid(index),
                 uuid=rec.get("uuid") or None,
                 pci_bus_id=norm_bus_id(rec.get("bus")),
                 name=rec.get("name") or None,
@@ -276,15 +302,15 @@ def _guess(rows: list[list[str]]) -> Snapshot:
         uuid = next((c for c in row if c.startswith("GPU-")), None)
         bus = next((c for c in row if _BUS.match(c)), None)
         rest = [c for c in row if c not in (uuid, bus)]
-        pid = next((c for c in rest if c.isdigit()), None)
-        if pid is None:
-            raise SnapshotError(f"cannot read a pid in the CSV row {row}")
-        rest.remove(pid)
+        pid_text = next((c for c in rest if _pid(c) is not None), None)
+        if pid_text is None:
+            raise SnapshotError(f"cannot read a pid in the CSV row {_shown(row)}")
+        rest.remove(pid_text)
         size = rest[-1] if rest and (_mib(rest[-1]) is not None or "N/A" in rest[-1]) else None
         names = [c for c in rest if c is not size]
         processes.append(
             Process(
-                pid=int(pid),
+                pid=_pid(pid_text) or 0,
                 gpu_uuid=uuid,
                 gpu_bus_id=norm_bus_id(bus),
                 used_bytes=_mib(size),

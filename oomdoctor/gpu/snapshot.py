@@ -13,6 +13,8 @@ from typing import Any
 SCHEMA = "oomdoctor-snapshot"
 VERSION = 1
 GIB = float(1 << 30)
+#: The largest count a snapshot may hold: a signed 64-bit integer (units.MAX_NUMBER).
+MAX_COUNT = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +147,9 @@ def _int(value: Any, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SnapshotError(f"{what} must be an integer or null, not {value!r}")
+        raise SnapshotError(f"{what} must be an integer or null, not {repr(value)[:40]}")
+    if not 0 <= value <= MAX_COUNT:  # no GPU or pid gets there (units.MAX_NUMBER)
+        raise SnapshotError(f"{what} is out of range: {str(value)[:40]}")
     return value
 
 
@@ -153,7 +157,7 @@ def _str(value: Any, what: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise SnapshotError(f"{what} must be a string or null, not {value!r}")
+        raise SnapshotError(f"{what} must be a string or null, not {repr(value)[:40]}")
     return value
 
 
@@ -163,7 +167,7 @@ def from_json(data: Mapping[str, Any]) -> Snapshot:
         raise SnapshotError(f'not an oomdoctor snapshot (no "schema": "{SCHEMA}")')
     if data.get("version") != VERSION:
         raise SnapshotError(
-            f"snapshot version {data.get('version')!r} is not supported (want {VERSION})"
+            f"snapshot version {repr(data.get('version'))[:40]} is not supported (want {VERSION})"
         )
     devices_raw = data.get("devices")
     processes_raw = data.get("processes")

@@ -25,6 +25,8 @@ from oomdoctor.model import Fact, Frame, Incident, Line
 from oomdoctor.read.scan import StatsBlock
 
 Handler = Callable[[Stream, Fact], None]
+#: Lines whose refused settings the notice names.
+MAX_REFUSED_ARGS = 3
 
 
 class Assembler:
@@ -44,6 +46,7 @@ class Assembler:
         self._detector = Detector(self.knowledge)
         self._failures = FailureRecorder(self.knowledge, self._detector)
         self._handlers = self._make_handlers()
+        self._refused_args: list[str] = []  # `key=text` of settings outside the physical range
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -189,7 +192,9 @@ class Assembler:
         return self._launch
 
     def _server_args(self, fact: Fact) -> None:
-        parsed = parse_server_args(fact.text("body") or "")
+        refused: list[str] = []
+        parsed = parse_server_args(fact.text("body") or "", refused)
+        self._refuse_args(fact.line, refused)
         launch = self._launch
         if launch.started_loading or launch.failures:
             launch = self._new_launch()
@@ -203,7 +208,9 @@ class Assembler:
         if launch.failures and fact.num("batched") is None:  # the engine is started again
             launch = self._new_launch()
         body = fact.text("ns") or fact.text("dict") or fact.text("config") or ""
-        parsed = parse_pairs(body)
+        refused: list[str] = []
+        parsed = parse_pairs(body, refused)
+        self._refuse_args(fact.line, refused)
         resolved = parsed.pop("max_seq_len", None)  # the config line prints the resolved value
         if isinstance(resolved, int):
             parsed["max_model_len"] = resolved
@@ -219,6 +226,12 @@ class Assembler:
             launch.server_args["max_num_batched_tokens"] = int(batched)
         if body:
             launch.server_args_line = launch.server_args_line or fact.line
+
+    def _refuse_args(self, line: Line, refused: list[str]) -> None:
+        if refused and len(self._refused_args) < MAX_REFUSED_ARGS:
+            shown = ", ".join(refused[:MAX_REFUSED_ARGS])
+            source = self.sources[line.source] if line.source < len(self.sources) else "line"
+            self._refused_args.append(f"{source}:{line.number} {shown}")
 
     def _vllm_weights(self, stream: Stream, fact: Fact) -> None:
         self._launch.progress = None  # `Model loading took ...`: the weights are in
@@ -256,6 +269,11 @@ class Assembler:
             sorted((f for fs in launch.facts.values() for f in fs), key=lambda f: f.line.seq)
         )
         detected = detector.result()
+        if self._refused_args:
+            notices.append(
+                "settings outside the physical range were ignored (an infinity, NaN, or beyond "
+                f"64 bits): {'; '.join(self._refused_args)}"
+            )
         if detected.rival:
             notices.append(
                 f"the log also looks like {detected.rival}; read as {detected.engine} "

@@ -9,17 +9,11 @@ every problem in them is reported as ``file:line: message`` before anything runs
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 HERE = Path(__file__).resolve().parent
 #: The files in a rules directory that extend these tables (not rules themselves).
@@ -167,17 +161,13 @@ def load(dirs: Iterable[Path]) -> Knowledge:
 
 
 def _read(path: Path, problems: list[str]) -> tuple[str, dict[str, Any]] | None:
-    try:
-        text = path.read_text("utf-8")
-        return text, tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"{path}:1: cannot read: {exc}")
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or 1
-        problems.append(f"{path}:{line}: not valid TOML: {exc}")
-    except RecursionError:
-        problems.append(f"{path}:1: not valid TOML: nested too deeply")
-    return None
+    from oomdoctor.knowledge import toml_file
+
+    read = toml_file.read(path, "not valid TOML")
+    if isinstance(read, str):
+        problems.append(read)
+        return None
+    return read
 
 
 def _table_lines(text: str, name: str) -> list[int]:
@@ -217,7 +207,7 @@ def _marker(entry: object, where: str, problems: list[str]) -> EngineMarker | No
         problems.append(f'{where}: unknown key "{key}" in a marker')
         ok = False
     engine, kind, match = entry.get("engine"), entry.get("where"), entry.get("match")
-    if engine not in FAMILY and engine not in STACK:
+    if not isinstance(engine, str) or (engine not in FAMILY and engine not in STACK):
         known = ", ".join((*FAMILY, *STACK))
         problems.append(f"{where}: engine must be one of {known} (got {engine!r})")
         ok = False

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from oomdoctor.read.decode import needs_decoding
 from oomdoctor.read.scan import BlockScan, Scanner
 from oomdoctor.read.sources import BLOCK_SIZE, ReadStats, Window, iter_blocks, merge_stats
 
@@ -21,7 +22,6 @@ PARALLEL_MIN_BYTES = 64 << 20
 CHUNK = 16 << 20
 #: Ranges submitted per worker ahead of the one the caller is reading.
 IN_FLIGHT = 2
-_MAGIC = (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff")
 
 _scanner: Scanner | None = None  # set in the parent before forking; workers inherit it
 
@@ -32,7 +32,7 @@ def usable(path: Path) -> bool:
         if not path.is_file() or path.stat().st_size < PARALLEL_MIN_BYTES:
             return False
         with path.open("rb") as fh:
-            if fh.read(2) in _MAGIC:
+            if needs_decoding(fh.read(8)):  # compressed or UTF-16/32: the sequential reader
                 return False
     except OSError:
         return False

@@ -1,32 +1,49 @@
 """Read inputs as a stream of byte blocks that end on line boundaries.
 
-Files, ``-`` (stdin) and gzip (detected by its magic bytes, not its name) are supported; UTF-16
-input (a byte-order mark) is transcoded to UTF-8. Memory stays bounded: blocks have a fixed size and
-a line longer than ``max_line`` is cut, with the cut counted, never buffered whole.
+Files and ``-`` (stdin), plain or as read/decode.py decodes them (gzip, bzip2, xz, zstd where
+Python has it; UTF-16/32 with or without a byte-order mark: told by the first bytes, not the
+name). Memory stays bounded: blocks have a fixed size, a line longer than ``max_line`` is cut,
+with the cut counted, never buffered whole, and decompressed output has a budget.
 """
 
 from __future__ import annotations
 
-import codecs
 import io
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
+
+from oomdoctor.read.decode import (
+    BLOCK_SIZE,
+    SNIFF_BYTES,
+    Budget,
+    Decoder,
+    InputError,
+    needs_decoding,
+    refusal,
+)
 
 
 class _Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-BLOCK_SIZE = 1 << 20
 MAX_LINE = 1 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-class InputError(Exception):
-    """An input that cannot be read at all (missing, a directory, no permission)."""
+__all__ = [
+    "BLOCK_SIZE",
+    "MAX_LINE",
+    "Budget",
+    "InputError",
+    "ReadStats",
+    "Window",
+    "iter_blocks",
+    "label",
+    "merge_stats",
+    "open_source",
+    "plain_file",
+    "read_notices",
+]
 
 
 @dataclass
@@ -41,6 +58,24 @@ class ReadStats:
     gzip_truncated: bool = False
     utf16: bool = False
     read_error: str | None = None
+    compression: str | None = None  # "gzip", "bzip2", "xz", "zstd"
+    truncated: bool = False  # the compressed stream ends before its end mark
+    encoding: str | None = None  # "UTF-16", "UTF-16-LE", "UTF-32-BE", ... (converted to UTF-8)
+    budget_stop: int | None = None  # decompressed bytes when the budget stopped the reading
+    budget_why: str | None = None  # the limit it passed (read/decode.py Budget)
+
+
+def label(name: str) -> str:
+    """How an input is named in reports and notices: ``<stdin>`` for ``-``, and a file name
+    whose undecodable bytes (surrogate escapes of os.fsdecode) read as ``\\xNN``, so that every
+    output, JSON included, can encode it."""
+    if name == "-":
+        return "<stdin>"
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no file system byte made
+        raw = name.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def open_source(name: str, stdin: BinaryIO | None = None) -> BinaryIO:
@@ -50,18 +85,47 @@ def open_source(name: str, stdin: BinaryIO | None = None) -> BinaryIO:
             raise InputError("no standard input to read")
         return stdin
     path = Path(name)
+    shown = label(name)
     try:
         if path.is_dir():
-            raise InputError(f"{name}: is a directory")
-        return path.open("rb")
+            raise InputError(f"{shown}: is a directory")
+        stream = path.open("rb")
     except InputError:
         raise
     except FileNotFoundError:
-        raise InputError(f"{name}: no such file") from None
+        raise InputError(f"{shown}: no such file") from None
     except PermissionError:
-        raise InputError(f"{name}: permission denied") from None
+        raise InputError(f"{shown}: permission denied") from None
     except OSError as exc:
-        raise InputError(f"{name}: {exc.strerror or exc}") from None
+        raise InputError(f"{shown}: {exc.strerror or exc}") from None
+    why = _refused(stream, shown)
+    if why is not None:
+        stream.close()
+        raise InputError(why)
+    return stream
+
+
+def plain_file(path: Path) -> bool:
+    """Whether a file's bytes are read as they are (not compressed, not UTF-16/32), so that
+    byte ranges of it can be scanned on their own (read/parallel.py)."""
+    try:
+        with path.open("rb") as fh:
+            return not needs_decoding(fh.read(SNIFF_BYTES))
+    except OSError:
+        return False
+
+
+def _refused(stream: BinaryIO, name: str) -> str | None:
+    """Why a regular file cannot be read (a compressed format Python cannot decode), from its
+    first bytes; pipes and devices are told when they are read (``iter_blocks``)."""
+    try:
+        if not stream.seekable():
+            return None
+        head = stream.read(16)
+        stream.seek(0)
+    except OSError:
+        return None  # reading reports it
+    return refusal(head, name)
 
 
 class _Transform(io.RawIOBase):
@@ -93,74 +157,38 @@ class _Transform(io.RawIOBase):
         return n
 
 
-class _Utf16ToUtf8(_Transform):
-    """Transcodes a UTF-16 byte stream (with BOM) to UTF-8, incrementally."""
+class _Decoded(_Transform):
+    """A stream decoded by read/decode.Decoder, piece by piece."""
 
-    def __init__(self, raw: _Readable) -> None:
+    def __init__(self, raw: _Readable, decoder: Decoder) -> None:
         super().__init__(raw)
-        self._decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+        self._pieces = self._generate(decoder)
+
+    def _generate(self, decoder: Decoder) -> Iterator[bytes]:
+        while not decoder.done:
+            chunk = self._raw.read(BLOCK_SIZE)
+            if not chunk:
+                break
+            yield from decoder.feed(chunk)
+        yield from decoder.close()
 
     def _produce(self) -> bytes:
-        chunk = self._raw.read(BLOCK_SIZE // 2)
-        self._done = not chunk
-        return self._decoder.decode(chunk, final=not chunk).encode("utf-8", "replace")
-
-
-class _Gunzip(_Transform):
-    """Incremental gzip decoding that keeps every byte decoded before a truncation or error.
-
-    (``gzip.GzipFile.read`` discards the partial output of the call that hits a cut stream.)
-    Concatenated gzip members are decoded one after another. Each call inflates at most
-    BLOCK_SIZE bytes (a 1 MiB compressed chunk of a log can hold 10–20 MiB of text).
-    """
-
-    def __init__(self, raw: _Readable, stats: ReadStats) -> None:
-        super().__init__(raw)
-        self._stats = stats
-        self._z = zlib.decompressobj(31)
-        self._input = b""  # compressed bytes not yet fed to zlib
-
-    def _produce(self) -> bytes:
-        if not self._input:
-            self._input = self._raw.read(BLOCK_SIZE)
-            if not self._input:
-                self._stats.gzip_truncated = not self._z.eof
-                self._done = True
-                return b""
-        try:
-            out = self._z.decompress(self._input, BLOCK_SIZE)
-        except zlib.error as exc:
-            self._stats.read_error = f"corrupt gzip data: {exc}"
+        piece = next(self._pieces, None)
+        if piece is None:
             self._done = True
             return b""
-        self._input = self._z.unconsumed_tail
-        if self._z.eof:
-            rest = self._z.unused_data + self._input
-            self._input = rest
-            if rest:  # the next member
-                self._z = zlib.decompressobj(31)
-        return out
+        return piece
 
 
-def _sniff(stream: _Readable, stats: ReadStats) -> _Readable:
-    head = stream.read(4096)
-    if head.startswith(_GZIP_MAGIC):
-        stats.gzip = True
-        return io.BufferedReader(_Gunzip(_Prepend(head, stream), stats))
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and _looks_utf16(head):
-        stats.utf16 = True
-        return io.BufferedReader(_Utf16ToUtf8(_Prepend(head, stream)))
-    return _Prepend(head, stream)
-
-
-def _looks_utf16(head: bytes) -> bool:
-    """A BOM alone proves little in a byte stream; UTF-16 log text has NULs every other byte."""
-    body = head[2:]
-    if len(body) < 2:
-        return True
-    le = head[:2] == codecs.BOM_UTF16_LE
-    zeros = body[1::2] if le else body[0::2]
-    return zeros.count(0) >= 0.3 * len(zeros)
+def _sniff(stream: _Readable, stats: ReadStats, budget: Budget | None) -> _Readable:
+    head = stream.read(SNIFF_BYTES)
+    source = _Prepend(head, stream)
+    if not needs_decoding(head):
+        return source
+    why = refusal(head, stats.name)
+    if why is not None:
+        raise InputError(why)
+    return io.BufferedReader(_Decoded(source, Decoder(stats, budget)))
 
 
 class _Prepend(io.RawIOBase):
@@ -224,12 +252,15 @@ def iter_blocks(
     block_size: int = BLOCK_SIZE,
     max_line: int = MAX_LINE,
     sniff: bool = True,
+    budget: Budget | None = None,
 ) -> Iterator[bytes]:
     """Yield blocks of whole lines (each ends with ``\\n``); over-long lines are cut to max_line.
 
     ``sniff=False`` reads the bytes as they are (a range inside a file already known to be plain).
+    ``budget`` bounds decompressed output (read/decode.py DEFAULT_BUDGET when None). A format
+    that cannot be decoded raises InputError when the first block is asked for.
     """
-    source: _Readable = _sniff(stream, stats) if sniff else stream
+    source: _Readable = _sniff(stream, stats, budget) if sniff else stream
     carry = b""
     skipping = False  # inside the unread tail of a line that was cut
     while True:
@@ -270,3 +301,31 @@ def iter_blocks(
     if carry:
         stats.lines += 1
         yield carry + b"\n"
+
+
+def read_notices(stats: ReadStats) -> list[str]:
+    """What the report says about reading one input (empty, cut lines, decoding, budget)."""
+    out = []
+    name = stats.name
+    if stats.bytes_read == 0 and not stats.read_error and stats.budget_stop is None:
+        out.append(f"{name}: the input is empty")
+    if stats.cut_lines:
+        out.append(f"{name}: {stats.cut_lines} line(s) longer than 1 MiB were cut")
+    if stats.gzip_truncated:
+        out.append(f"{name}: the gzip stream is truncated; what could be read was used")
+    elif stats.truncated:
+        out.append(
+            f"{name}: the {stats.compression} stream is truncated; what could be read was used"
+        )
+    elif stats.read_error:
+        out.append(f"{name}: reading stopped early: {stats.read_error}")
+    if stats.compression and stats.compression != "gzip":
+        out.append(f"{name}: {stats.compression}-compressed input was decompressed")
+    if stats.encoding:
+        out.append(f"{name}: {stats.encoding} input was converted to UTF-8")
+    if stats.budget_stop is not None:
+        out.append(
+            f"{name}: decompressed input stopped at {stats.budget_stop / 2**30:.2f} GiB, "
+            f"{stats.lines:,} lines (budget: {stats.budget_why}); the rest was not read"
+        )
+    return out

@@ -6,14 +6,14 @@ runs; a rule set is either entirely valid or refused.
 
 from __future__ import annotations
 
+import math
 import os
 import re
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from oomdoctor.knowledge import RESERVED_FILES
+from oomdoctor.knowledge import RESERVED_FILES, toml_file
 from oomdoctor.model import CATEGORIES
 from oomdoctor.rules.features import FEATURE_DOCS
 from oomdoctor.rules.schema import (
@@ -28,11 +28,6 @@ from oomdoctor.rules.schema import (
     RuleError,
     RulePattern,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 
 def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
@@ -76,6 +71,9 @@ def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+_PATTERNS_HEADER = re.compile(r"^\s*\[\[\s*patterns\s*\]\]")
+
+
 def _line_of(text: str, key: str, table: str | None = None) -> int:
     """The line where ``key`` is set (inside ``[table]`` when given); 1 if it cannot be found."""
     lines = text.splitlines()
@@ -93,17 +91,11 @@ def _line_of(text: str, key: str, table: str | None = None) -> int:
 
 
 def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"{path}:1: cannot read: {exc}")
+    read = toml_file.read(path)
+    if isinstance(read, str):
+        problems.append(read)
         return None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        problems.append(f"{path}:{m.group(1) if m else 1}: invalid TOML: {exc}")
-        return None
+    text, data = read
     before = len(problems)
 
     def err(message: str, key: str, table: str | None = None) -> None:
@@ -131,7 +123,7 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
     if not isinstance(title, str) or not title.strip():
         err('"title" is required', "title")
     advice = data.get("advice", "none")
-    if advice not in ADVICE_KINDS:
+    if not isinstance(advice, str) or advice not in ADVICE_KINDS:
         err(f'"advice" must be one of {", ".join(ADVICE_KINDS)}', "advice")
     refines = data.get("refines", [])
     if not isinstance(refines, list) or not all(isinstance(r, str) for r in refines):
@@ -155,7 +147,9 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             err(f'[docs] needs "{key}" (a non-empty list of strings)', key, "docs")
 
-    patterns = _patterns(data.get("patterns", []), rid, err)
+    headers = [i + 1 for i, ln in enumerate(text.splitlines()) if _PATTERNS_HEADER.match(ln)]
+    places = [f"{path}:{n}" for n in headers] or [f"{path}:{_line_of(text, 'patterns')}"]
+    patterns = _patterns(data.get("patterns", []), rid, err, places)
     pattern_names = {f"pattern.{p.rule}.{p.name}" for p in patterns}
     when = data.get("when")
     conds: dict[str, tuple[Condition, ...]] = {"all": (), "any": (), "none": ()}
@@ -207,12 +201,12 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
     )
 
 
-def _patterns(raw: Any, rid: str, err: Any) -> tuple[RulePattern, ...]:
+def _patterns(raw: Any, rid: str, err: Any, places: list[str]) -> tuple[RulePattern, ...]:
     if not isinstance(raw, list):
         err('"patterns" must be an array of tables ([[patterns]])', "patterns")
         return ()
     out: list[RulePattern] = []
-    for item in raw:
+    for index, item in enumerate(raw):
         if not isinstance(item, dict):
             err("each [[patterns]] entry must be a table", "patterns")
             continue
@@ -241,7 +235,8 @@ def _patterns(raw: Any, rid: str, err: Any) -> tuple[RulePattern, ...]:
         except regex.error as exc:
             err(f'pattern "{name}": invalid regex: {exc}', "regex", "patterns")
             continue
-        out.append(RulePattern(rid, name, anchor, compiled))
+        where = places[min(index, len(places) - 1)]
+        out.append(RulePattern(rid, name, anchor, compiled, where))
     return tuple(out)
 
 
@@ -273,17 +268,18 @@ def _conditions(
                 )
                 continue
             op, operand = ops[0], item[ops[0]]
+            wrong = _operand_problem(op, operand)
+            if wrong is not None:
+                err(f"condition on {key}: {wrong}", group, "when")
+                continue
             if op == "matches":
                 import regex
 
                 try:
-                    operand = regex.compile(str(operand))
-                except regex.error as exc:
+                    operand = regex.compile(operand)
+                except (regex.error, RecursionError, OverflowError) as exc:
                     err(f"invalid regex in condition on {key}: {exc}", group, "when")
                     continue
-            elif op in ("in", "not_in") and not isinstance(operand, list):
-                err(f'"{op}" needs a list', group, "when")
-                continue
         else:
             err(
                 f"a condition is a feature name or a table, not {type(item).__name__}",
@@ -296,6 +292,46 @@ def _conditions(
             continue
         out.append(Condition(key, op, operand))
     return tuple(out)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _operand_problem(op: str, operand: object) -> str | None:
+    """What is wrong with a condition's operand for its operator (features are numbers, booleans
+    and strings; a TOML date, array or table compares with none of them), or None."""
+    if op in ("lt", "le", "gt", "ge"):
+        if not _is_number(operand):
+            return f'"{op}" needs a number, not {_toml_type(operand)}'
+        if not math.isfinite(operand):  # type: ignore[arg-type]
+            return f'"{op}" needs a finite number, not {operand}'
+    elif op in ("eq", "ne"):
+        if not isinstance(operand, str | int | float | bool):
+            return f'"{op}" needs a number, a boolean or a string, not {_toml_type(operand)}'
+    elif op in ("in", "not_in"):
+        if not isinstance(operand, list) or not all(
+            isinstance(v, str | int | float | bool) for v in operand
+        ):
+            return f'"{op}" needs a list of numbers, booleans or strings'
+    elif op == "matches" and not isinstance(operand, str):
+        return f'"matches" needs a regex as a string, not {_toml_type(operand)}'
+    return None
+
+
+def _toml_type(value: object) -> str:
+    """A value's type as TOML names it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float):
+        return "a number"
+    return f"a {type(value).__name__}"  # date, time, datetime
 
 
 def _joined(base: Path, relative: str) -> Path:

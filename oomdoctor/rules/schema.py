@@ -65,6 +65,11 @@ DOC_KEYS = frozenset({"what", "why", "remedy", "false_positives", "references"})
 ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 #: Seconds one user pattern may spend on one line before it is disabled for the run.
 PATTERN_TIMEOUT = 0.05
+#: Seconds one user pattern may spend in all of one run (every line together) before it is
+#: disabled with a notice: a pattern just under the per-line timeout on 10,000 lines would
+#: otherwise cost minutes. Two seconds is far above what a sane pattern needs on a 1 GB log
+#: (it runs only on the lines that hold its anchor).
+PATTERN_BUDGET = 2.0
 
 
 class Condition(NamedTuple):
@@ -80,6 +85,7 @@ class RulePattern(NamedTuple):
     name: str
     anchor: str
     regex: Any  # regex.Pattern[str]
+    where: str = ""  # file:line of its [[patterns]] entry, for notices
 
     @property
     def kind(self) -> str:

@@ -8,22 +8,22 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from oomdoctor.model import Scalar
+from oomdoctor.units import in_range, parse
 
 Builder = Callable[[re.Match[str]], Mapping[str, Scalar] | None]
 
 
-def convert(value: str | None) -> Scalar:
-    """Turn a captured group into an int, a float or a string (None stays None)."""
+def convert(value: str | None, gib: bool = False) -> Scalar:
+    """Turn a captured group into an int, a float or a string (None stays None).
+
+    A number outside the physical range (units.in_range: an infinity, a NaN, 10^400, or a size
+    over units.MAX_GIB when ``gib``) becomes None: it is not believed."""
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        pass
-    try:
-        return float(value)
-    except ValueError:
+    number = parse(value)
+    if number is None:
         return value
+    return number if in_range(number, gib) else None
 
 
 def groups(match: re.Match[str]) -> dict[str, Scalar]:
@@ -50,6 +50,32 @@ class Signature:
     @cached_property
     def pattern(self) -> re.Pattern[str]:
         return re.compile(self.source, self.flags)
+
+    @cached_property
+    def sizes(self) -> frozenset[str]:
+        """The groups the pattern reads as memory sizes (a GB, GiB or MiB unit follows them),
+        held to units.MAX_GIB; keys a builder names ``*_gib`` are sizes too."""
+        return size_groups(self.source)
+
+
+#: A named group, its body (escapes and unnamed groups inside), then what follows it: a unit of
+#: memory (`(?P<avail>[\d.]+) GB`, `(?P<w>-?[\d.]+)GiB`, `(?P<initial>[\d.]+)(?: GiB)?`,
+#: `(?P<w>[\d.]+) Gi?B`) or a slash before another group (`(?P<free>...)/(?P<total>...) GiB`).
+_GROUP = re.compile(r"\(\?P<(?P<name>\w+)>(?:[^()\\]|\\.|\((?!\?P<)(?:[^()\\]|\\.)*\))*\)")
+_UNIT = re.compile(r"(?:\(\?:)?(?: |\\s[*+?]?)?\??(?:GB|GiB|Gib|Gi\??B|Gi\[Bb\]|MiB|MB)")
+
+
+def size_groups(source: str) -> frozenset[str]:
+    """The named groups of a regex source that a unit of memory follows."""
+    out: set[str] = set()
+    pending: list[str] = []  # groups joined by `/` to the next one (`free/total GiB`)
+    for m in _GROUP.finditer(source):
+        pending.append(m.group("name"))
+        if _UNIT.match(source, m.end()):
+            out.update(pending)
+        if not source.startswith("/", m.end()):
+            pending = []
+    return frozenset(out)
 
 
 def sig(

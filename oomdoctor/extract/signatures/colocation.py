@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from oomdoctor.extract.signatures.base import Signature, groups, sig
 from oomdoctor.model import Scalar
+from oomdoctor.units import integer
 
 #: CUDA error codes (CUresult / cudaError_t, CUDA 12.8) and what each means here (§1.3).
 CUDA_CODES: Mapping[int, tuple[str, str]] = MappingProxyType(
@@ -52,8 +53,8 @@ _TMS_ERROR = (
 
 
 def _tms(m: re.Match[str], oom: bool) -> dict[str, Scalar] | None:
-    code = int(m.group("code") or m.group("code2"))
-    if (code == OOM_CODE) != oom:
+    code = integer(m.group("code") or m.group("code2"))
+    if code is None or (code == OOM_CODE) != oom:
         return None
     data = groups(m)
     data["code"] = code

@@ -25,7 +25,7 @@ _KV = re.compile(r"(\w+)=(\S+)")
 def _key_values(m: re.Match[str]) -> dict[str, Scalar]:
     data: dict[str, Scalar] = {"event": m.group("event")}
     for key, value in _KV.findall(m.group("rest")):
-        data[key] = convert(value.removesuffix("GiB"))
+        data[key] = convert(value.removesuffix("GiB"), gib=value.endswith("GiB"))
     return data
 
 
@@ -79,8 +79,10 @@ SIGNATURES: tuple[Signature, ...] = (
     sig(
         "omni_encode_failed",
         ("audio encode failed", "encode retry failed", "cleanup failed after OOM"),
-        r"(?P<model>[\w-]+) (?:batched |per-item )?audio encode(?: retry)? failed"
-        r"|(?P<model2>[\w-]+) (?:encoder stream|device cache|CUDA cache) cleanup failed after OOM",
+        # (?<![\w-]): a name starts where a word does, or a long run costs one try per letter
+        r"(?<![\w-])(?P<model>[\w-]+) (?:batched |per-item )?audio encode(?: retry)? failed"
+        r"|(?<![\w-])(?P<model2>[\w-]+) (?:encoder stream|device cache|CUDA cache) cleanup "
+        r"failed after OOM",
     ),
     sig(
         "omni_stage_dead",

@@ -12,17 +12,23 @@ import re
 
 from oomdoctor.extract.signatures.base import Signature, sig
 from oomdoctor.model import Scalar
+from oomdoctor.units import gib_or_none, integer
 
 
 def _in_gib(m: re.Match[str]) -> dict[str, Scalar]:
     """The allocator warning prints raw bytes; the rest of oomdoctor reads GiB."""
     return {
         "what": m.group("what"),
-        "device": int(m.group("device")),
-        "requested_gib": int(m.group("bytes")) / 2**30,
-        "device_free_gib": int(m.group("free")) / 2**30,
-        "device_total_gib": int(m.group("total")) / 2**30,
+        "device": integer(m.group("device")),
+        "requested_gib": _bytes_gib(m.group("bytes")),
+        "device_free_gib": _bytes_gib(m.group("free")),
+        "device_total_gib": _bytes_gib(m.group("total")),
     }
+
+
+def _bytes_gib(text: str) -> float | None:
+    count = integer(text)
+    return gib_or_none(count / 2**30) if count is not None else None
 
 
 def _vmem(m: re.Match[str]) -> dict[str, Scalar]:

@@ -216,7 +216,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|Memory access fault by GPU)",
     ),
     # --- crash wrappers and what follows a crash ------------------------------------------------
-    sig("crash_wrapper", "hit an exception", r"(?P<who>\w+) hit an exception"),
+    sig("crash_wrapper", "hit an exception", r"(?<!\w)(?P<who>\w+) hit an exception"),
     sig("warmup_failed", "warmup error", r"Initialization failed\. warmup error"),
     sig(
         "sigquit",
@@ -226,7 +226,8 @@ SIGNATURES: tuple[Signature, ...] = (
     sig(
         "watchdog",
         ("watchdog timeout", "Watchdog timeout"),
-        r"(?:(?P<who>\w+) watchdog timeout|Watchdog timeout) \(self\.watchdog_timeout=(?P<t>[\d.]+)",
+        r"(?:(?<!\w)(?P<who>\w+) watchdog timeout|Watchdog timeout) "
+        r"\(self\.watchdog_timeout=(?P<t>[\d.]+)",
     ),
     sig(
         "child_died",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from oomdoctor import units
 from oomdoctor.extract.signatures.base import Signature, convert, groups, sig
 from oomdoctor.model import Scalar
 
@@ -22,7 +23,7 @@ def _load_end(m: re.Match[str]) -> dict[str, Scalar]:
 
 def _kv(m: re.Match[str]) -> dict[str, Scalar]:
     data = groups(m)
-    k, v, kv = m.group("k"), m.group("v"), m.group("kv")
+    k, v, kv = (units.number(m.group(g) or "", gib=True) for g in ("k", "v", "kv"))
     if kv is not None:
         data["total"] = float(kv)
     elif k is not None and v is not None:
@@ -57,7 +58,9 @@ SIGNATURES: tuple[Signature, ...] = (
     sig(
         "kv_allocated",
         ("KV Cache is allocated", "KV Cache VA upper bound"),
-        r"(?:(?P<label>\S.*?) )?KV Cache (?:is allocated|VA upper bound)\. "
+        # The label is what precedes, from the first word: tried from there only (`^\s*`), as a
+        # search from every position would scan the rest of a long line once per position.
+        r"^\s*(?:(?P<label>\S.*?) )?KV Cache (?:is allocated|VA upper bound)\. "
         r"(?:dtype: (?P<dtype>\S+), )?#tokens: (?P<tokens>\d+), "
         r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)",
         _kv,
@@ -138,20 +141,23 @@ SIGNATURES: tuple[Signature, ...] = (
 _KEY = re.compile(r"\s*(?:'(?P<q>\w+)'\s*:\s*|(?P<b>\w+)=)")
 
 
-def parse_server_args(body: str) -> dict[str, Scalar]:
+def parse_server_args(body: str, refused: list[str] | None = None) -> dict[str, Scalar]:
     """Parse the printed server_args into scalars; nested values are kept as their text.
 
     Tolerates truncation: whatever pairs were printed completely are returned.
     """
     if body.startswith("ServerArgs("):
-        return parse_pairs(body[len("ServerArgs(") :])
+        return parse_pairs(body[len("ServerArgs(") :], refused)
     if body.startswith("{"):
-        return parse_pairs(body[1:])
+        return parse_pairs(body[1:], refused)
     return {}
 
 
-def parse_pairs(inner: str) -> dict[str, Scalar]:
-    """``k=v, ...`` or ``'k': v, ...`` up to the closing bracket (vLLM's args and config too)."""
+def parse_pairs(inner: str, refused: list[str] | None = None) -> dict[str, Scalar]:
+    """``k=v, ...`` or ``'k': v, ...`` up to the closing bracket (vLLM's args and config too).
+
+    A number outside the physical range (units.in_range) is kept as None, and ``key=text`` is
+    added to ``refused``."""
     out: dict[str, Scalar] = {}
     pos, n = 0, len(inner)
     while pos < n:
@@ -162,6 +168,8 @@ def parse_pairs(inner: str) -> dict[str, Scalar]:
         end = _value_end(inner, m.end())
         raw = inner[m.end() : end].strip()
         out[key] = _literal(raw)
+        if out[key] is None and refused is not None and units.refused(raw):
+            refused.append(f"{key}={raw[:40]}")
         pos = end + 1  # skip the comma
         if end >= n:
             break
@@ -216,4 +224,6 @@ def _literal(raw: str) -> Scalar:
         )
     if re.fullmatch(_NUM + r"(?:[eE][+-]?\d+)?", raw):
         return convert(raw)
+    if raw in ("inf", "-inf", "nan"):  # how Python prints float('inf'): not a setting to believe
+        return None
     return raw  # lists, dicts, enums, paths: keep the printed text

@@ -12,6 +12,7 @@ import re
 
 from oomdoctor.extract.signatures.base import Signature, convert, groups, sig
 from oomdoctor.model import Scalar
+from oomdoctor.units import integer, number
 
 
 def _commas(m: re.Match[str]) -> dict[str, Scalar]:
@@ -21,7 +22,7 @@ def _commas(m: re.Match[str]) -> dict[str, Scalar]:
 
 def _preemption(m: re.Match[str]) -> dict[str, Scalar]:
     total = m.group("total")
-    return {"n": 1, "mode": m.group("mode"), "total": int(total) if total else None}
+    return {"n": 1, "mode": m.group("mode"), "total": integer(total)}
 
 
 _PAIR = re.compile(r"(\w+)=([\d.]+)Gi[Bb]")  # 0.6.4 prints one of them as `Gib`
@@ -29,8 +30,8 @@ _PAIR = re.compile(r"(\w+)=([\d.]+)Gi[Bb]")  # 0.6.4 prints one of them as `Gib`
 
 def _profile_results(m: re.Match[str]) -> dict[str, Scalar]:
     """0.6.4: `Memory profiling results: total_gpu_memory=23.58GiB ... gpu_memory_utilization=0.90`."""
-    data: dict[str, Scalar] = {k: float(v) for k, v in _PAIR.findall(m.group("rest"))}
-    data["u"] = float(m.group("u"))
+    data: dict[str, Scalar] = {k: number(v, gib=True) for k, v in _PAIR.findall(m.group("rest"))}
+    data["u"] = number(m.group("u"))
     return data
 
 
@@ -143,7 +144,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "Available KV cache memory",
         r"Available KV cache memory: (?P<available>-[\d.]+|0(?:\.0+)?) GiB",
         lambda m: {
-            "available": float(m.group("available")),
+            "available": number(m.group("available"), gib=True),
             "variant": "no KV memory profiled",
             "precursor": True,
         },
