@@ -507,7 +507,13 @@ def test_a_logged_exabyte_draws_a_small_picture(tmp_path: Path, gb: str, fmt: st
         f"sys.argv = ['oomdoctor', 'diagnose', {str(log)!r}, '--no-gpu', '--format', {fmt!r},"
         f" '--svg', {str(tmp_path / 'card.svg')!r}]\n"
         "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
-        "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"  # KiB on Linux
+        # VmHWM is this program's own peak (a new one at exec); ru_maxrss on Linux also counts
+        # the parent's pages at fork time, which is pytest's whole heap late in a full run
+        "try:\n"
+        "    rss = next(int(line.split()[1]) for line in open('/proc/self/status')\n"
+        "               if line.startswith('VmHWM:'))\n"
+        "except (OSError, StopIteration):\n"
+        "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"  # KiB on Linux
         "sys.stderr.write(f'\\nrss={rss} code={code}\\n')\n"
     )
     proc = subprocess.run(
