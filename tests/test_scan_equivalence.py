@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from oomdoctor import pipeline
 from oomdoctor.cli import cli
 from oomdoctor.read import parallel
-from oomdoctor.read.scan import SMALL_INPUT, Scanner
+from oomdoctor.read.scan import RETRACTION, RETRACTIONS_KEPT, SMALL_INPUT, BlockScan, Scanner
 from tests import reference_scan
 from tests.conftest import FIXTURES
 from tests.test_scan import _gen_log
@@ -34,12 +34,27 @@ def _blocks(data: bytes, size: int) -> list[bytes]:
 
 
 def _same(data: bytes, block_size: int, force_regex: bool) -> None:
+    """The same scans, except that a block whose only candidates are retraction lines passes
+    the first RETRACTIONS_KEPT and the last of them (with their context) and counts the rest."""
     new, old = Scanner(ANCHORS), reference_scan.Scanner(ANCHORS)
     if force_regex:  # the alternation, as on big inputs
         for s in (new, old):
             s._search_for(b"x" * (SMALL_INPUT + 1))
     for block in _blocks(data, block_size):
-        assert new.scan(block) == old.scan(block)
+        got, want = new.scan(block), old.scan(block)
+        assert (got.newlines, got.stats) == (want.newlines, want.stats)
+        if got.retractions == (0, 0):
+            assert got.candidates == want.candidates
+            continue
+        kept, every = dict(got.candidates), dict(want.candidates)
+        assert kept.items() <= every.items()
+        dropped = {i: line for i, line in every.items() if i not in kept}
+        retractions = [m for line in dropped.values() if (m := RETRACTION.fullmatch(line))]
+        stats = [line for line in dropped.values() if b" batch" in line]
+        assert len(retractions) + len(stats) == len(dropped)
+        assert got.retractions == (len(retractions), sum(int(m[1]) for m in retractions))
+        passed = sorted(i for i, line in kept.items() if RETRACTION.fullmatch(line))
+        assert len(passed) == RETRACTIONS_KEPT + 1
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +66,9 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         path = tmp / f"{name}.log"
         gen.write(path, target_bytes=2 << 20, dense=dense)
         out[name] = path.read_bytes()
+    big = tmp / "dense-big.log"  # 1 MiB blocks with retractions only: they are counted
+    gen.write(big, target_bytes=6 << 20, dense=True)
+    out["dense-big"] = big.read_bytes()
     half = len(out["dense"]) // 2
     cut = out["dense"].rfind(b"\n", 0, half) + 1
     out["blank"] = b"\n" * 300_000 + out["sparse"][-4000:]
@@ -91,3 +109,36 @@ def test_sequential_and_parallel_reports_agree(
     monkeypatch.setattr(parallel, "CHUNK", 1 << 20)
     assert parallel.usable(log)
     assert report() == sequential
+
+
+class _Previous(reference_scan.Scanner):
+    """The previous engine's scanner, giving today's BlockScan (nothing counted, all passed)."""
+
+    def scan(self, block: bytes) -> BlockScan:  # type: ignore[override]
+        return BlockScan(*super().scan(block))
+
+
+def _report(log: Path) -> dict[str, object]:
+    result = CliRunner().invoke(cli, ["diagnose", str(log), "--format", "json", "--no-gpu"])
+    data = json.loads(result.stdout)
+    keys = ("input", "verdict", "actions", "findings", "stats", "timeline", "budget", "notices")
+    return {k: data[k] for k in keys}
+
+
+@pytest.mark.parametrize("name", ["sparse", "dense", "mixed", "dense-big"])
+def test_the_report_is_the_previous_engines(
+    generated: dict[str, bytes], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: counting retraction lines in the scanner changes no verdict, evidence line,
+    stats figure or timeline point."""
+    from oomdoctor.extract import facts
+
+    log = tmp_path / f"{name}.log"
+    log.write_bytes(generated[name])
+    if name == "dense-big":
+        scanner = Scanner(ANCHORS)
+        scanner._search_for(b"x" * (SMALL_INPUT + 1))
+        assert any(scanner.scan(b).retractions[0] for b in _blocks(generated[name], 1 << 20))
+    today = _report(log)
+    monkeypatch.setattr(facts, "Scanner", _Previous)
+    assert _report(log) == today

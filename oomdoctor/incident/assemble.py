@@ -176,6 +176,13 @@ class Assembler:
     def _warmup(self, stream: Stream, fact: Fact) -> None:
         stream.warmup = True
 
+    def add_retractions(self, count: int, retracted: int) -> None:
+        """Retraction lines the scanner counted instead of passing (scan.RETRACTIONS_KEPT): as
+        many facts of their kind, requests and timeline marks as if each had been fed."""
+        launch = self._launch
+        launch.counts["retraction"] = launch.counts.get("retraction", 0) + count
+        launch.stats.add_retractions(count, retracted)
+
     def add_stats(self, block: StatsBlock) -> None:
         """The summary of one block's stats lines (scan.Scanner.stats)."""
         self._launch.stats.add_block(block)

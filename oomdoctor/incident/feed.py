@@ -40,6 +40,8 @@ class Feeder:
             self.assembler.feed(line, facts)
             if self._on_facts is not None:
                 self._on_facts(line, facts)
+        if scan.retractions[0]:  # the block's other retraction lines, counted by the scanner
+            self.assembler.add_retractions(*scan.retractions)
         if scan.stats is not None:
             self.assembler.add_stats(scan.stats)
         self.lines += scan.newlines

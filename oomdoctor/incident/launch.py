@@ -130,6 +130,12 @@ class StatsAcc:
         self.last_retraction = fact.line
         self.timeline.retraction()
 
+    def add_retractions(self, count: int, retracted: int) -> None:
+        """Retractions between the first and last ones fed (their lines are not needed)."""
+        self.retractions += count
+        self.retracted_requests += retracted
+        self.timeline.retraction(count)
+
     def freeze(self) -> StatsSummary:
         return StatsSummary(
             prefill_lines=self.prefill_lines,

@@ -109,11 +109,11 @@ class TimelineBuilder:
         high = 1 if usage is not None and usage >= HIGH_USAGE else 0
         self.add_block(ts, ts, usage, high, 1 if usage is not None else 0, running, queued)
 
-    def retraction(self) -> None:
-        self._retractions += 1
+    def retraction(self, count: int = 1) -> None:
+        self._retractions += count
         if self._points:
             last = self._points[-1]
-            self._points[-1] = last._replace(retractions=last.retractions + 1)
+            self._points[-1] = last._replace(retractions=last.retractions + count)
 
     def build(self) -> Timeline:
         span = (self._last - self._first).total_seconds() if self._first and self._last else None

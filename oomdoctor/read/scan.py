@@ -27,6 +27,21 @@ ACCESS = b" HTTP/1."
 _USAGE = re.compile(rb"token usage: (\d\.\d\d)")
 _TS = re.compile(rb"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)")
 HIGH_USAGE = b"0.95"
+#: SGLang's retraction line in full: the frequent evidence kind of a full pool (1-2% of a dense
+#: log's lines). A block whose only candidates are such lines passes the first RETRACTIONS_KEPT
+#: and the last one (what features and evidence read) and counts the others.
+RETRACTION = re.compile(
+    rb"(?:\[[^\]\n]{0,80}\] )?KV cache pool is full\. Retract requests\. #retracted_reqs: (\d{1,9}), "
+    rb"#new_tokens_gained: \d+, #new_token_ratio: [\d.]+ -> [\d.]+\r?"
+)
+RETRACTIONS_KEPT = 3
+RETRACTION_SAMPLE = (
+    b"KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: 1, "
+    b"#new_token_ratio: 0.1 -> 0.2"
+)
+#: The anchors a retraction line may hold for it to be counted: the signature's, and the engine
+#: marker that votes SGLang (the kept lines still vote; the count of votes is not evidence).
+RETRACTION_ANCHORS = frozenset({b"Retract requests", b"Retract requests. #retracted_reqs"})
 #: Lines the skipping regex may pass over (each must be a line the exact checks skip too):
 #: blank; a stats or access line, bare or in SGLang's `[time rank] ` envelope.
 _ENVELOPE = rb"(?:\[[^\]\n]{0,80}\] )?"
@@ -62,17 +77,21 @@ class BlockScan(NamedTuple):
     newlines: int
     candidates: tuple[tuple[int, bytes], ...]  # (line index in the block, raw line)
     stats: StatsBlock | None
+    #: retraction lines of the block not passed as candidates: (how many, their #retracted_reqs)
+    retractions: tuple[int, int] = (0, 0)
 
 
 class _Cursor:
     """Where the last candidate of a block started and its line index: the next one's index is
     counted from there, not from the block's start."""
 
-    __slots__ = ("index", "offset")
+    __slots__ = ("index", "offset", "retractions")
 
     def __init__(self) -> None:
         self.offset = 0
         self.index = 0
+        #: retraction lines held back: (index, byte offset, line, #retracted_reqs)
+        self.retractions: list[tuple[int, int, bytes, int]] = []
 
 
 class Scanner:
@@ -86,6 +105,10 @@ class Scanner:
         self._encoded = tuple(a.encode("utf-8") for a in unique)
         self._regex: re.Pattern[bytes] | None = None
         self._skip: re.Pattern[bytes] | None = None
+        # Only when the retraction line holds no anchor but the retraction signature's and the
+        # SGLang engine marker's: any other matcher of it would see fewer lines.
+        own = {a for a in self._encoded if a in RETRACTION_SAMPLE}
+        self._retractions_thin = own <= RETRACTION_ANCHORS
         self._tested = 0  # lines tested with substring checks so far
         rare = [a for a in unique if a.encode() not in STATS_HEADS]
         self._stats_boring = not any(a in s for a in rare for s in _BORING_SAMPLES[:2])
@@ -129,7 +152,22 @@ class Scanner:
                     self._scan_runs(block, pos, end, search, candidates, cursor)
             pos = end
         stats = self.stats(block, prefill, decode) if prefill or decode else None
-        return BlockScan(block.count(b"\n"), tuple(sorted(candidates.items())), stats)
+        counted = self._thin_retractions(block, candidates, cursor.retractions)
+        return BlockScan(block.count(b"\n"), tuple(sorted(candidates.items())), stats, counted)
+
+    def _thin_retractions(
+        self, block: bytes, candidates: dict[int, bytes], found: list[tuple[int, int, bytes, int]]
+    ) -> tuple[int, int]:
+        """Retraction lines were held back: pass them all when the block has other candidates
+        (their order with other lines matters), else the first few and the last, and count the
+        rest."""
+        middle: list[tuple[int, int, bytes, int]] = []
+        keep = found
+        if not candidates and len(found) > RETRACTIONS_KEPT + 1:
+            keep, middle = [*found[:RETRACTIONS_KEPT], found[-1]], found[RETRACTIONS_KEPT:-1]
+        for index, start, line, _ in keep:
+            self._add(block, start, index, line, candidates)
+        return (len(middle), sum(n for *_, n in middle)) if middle else (0, 0)
 
     def _all_boring(self, block: bytes, start: int, end: int, stats: int) -> bool:
         """Only stats and access lines, or only blank ones, between start and end: C-level
@@ -193,7 +231,18 @@ class Scanner:
             return
         index = cursor.index + block.count(b"\n", cursor.offset, start)
         cursor.offset, cursor.index = start, index
-        for head in STATS_HEADS if stats_boring else ():
+        if self._retractions_thin and stats_boring:
+            m = RETRACTION.fullmatch(line)
+            if m is not None and not search(line[: line.find(b"KV cache pool")]):
+                cursor.retractions.append((index, start, line, int(m.group(1))))
+                return
+        self._add(block, start, index, line, candidates)
+
+    def _add(
+        self, block: bytes, start: int, index: int, line: bytes, candidates: dict[int, bytes]
+    ) -> None:
+        """A candidate, and the stats lines just before it: what the server was doing then."""
+        for head in STATS_HEADS if self._stats_boring else ():
             context = _line_at(block, block.rfind(head, 0, start), start, index)
             if context is not None:
                 candidates.setdefault(*context)
