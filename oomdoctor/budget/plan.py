@@ -223,19 +223,6 @@ def evaluate(p: PlanInput) -> Plan:
     return replace(draft, command=command(p, y, context) if draft.works else None)
 
 
-def make(p: PlanInput) -> Plan:
-    """The plan: today's launch, the smallest fraction change that works, else the levers."""
-    from oomdoctor.budget import plan_levers
-
-    now = evaluate(p)
-    if now.fine:
-        return now
-    fixed = fixed_by_fraction(now)
-    if fixed is not None:
-        return replace(now, recommended=fixed.budget.mem_fraction_static, command=fixed.command)
-    return replace(now, levers=plan_levers.find(now))
-
-
 def _problems(b: SglangBudget, tokens: int | None, context: int | None) -> tuple[Problem, ...]:
     assert b.kv_gib is not None and b.dynamic_gib is not None and b.mem_fraction_static is not None
     y, high = b.mem_fraction_static, b.window.high

@@ -143,5 +143,16 @@ LEVERS: tuple[Callable[[PlanInput, Plan], Iterator[Lever]], ...] = (
 )
 
 
+def make(p: PlanInput) -> Plan:
+    """The plan: today's launch, the smallest fraction change that works, else the levers."""
+    now = evaluate(p)
+    if now.fine:
+        return now
+    fixed = fixed_by_fraction(now)
+    if fixed is not None:
+        return replace(now, recommended=fixed.budget.mem_fraction_static, command=fixed.command)
+    return replace(now, levers=find(now))
+
+
 def find(now: Plan) -> tuple[Lever, ...]:
     return tuple(lever for finder in LEVERS for lever in finder(now.inputs, now))

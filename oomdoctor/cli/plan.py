@@ -193,7 +193,8 @@ def plan(
     import json
 
     from oomdoctor.budget import cards, model_config
-    from oomdoctor.budget.plan import EXIT_STATUS, PlanInput, make
+    from oomdoctor.budget.plan import EXIT_STATUS, PlanInput
+    from oomdoctor.budget.plan_levers import make
     from oomdoctor.report import plan_report
 
     card_mib: float | None = None

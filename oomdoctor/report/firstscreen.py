@@ -80,22 +80,23 @@ def oom_rows(failure: dict[str, Any] | None) -> OomRows:
 def budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
     if b.get("engine") == "vllm":
         return "memory budget (vLLM)", [
-            ("total GPU memory", _gib(b["capacity_gib"])),
-            ("--gpu-memory-utilization (u)", _num(b["gpu_memory_utilization"])),
-            ("vLLM's budget total × u", _gib(b["budget_gib"])),
-            ("weights", _gib(b["weights_gib"])),
-            ("activation peak (profile run)", _gib(b["activation_gib"])),
-            ("non-torch memory", _gib(b["non_torch_gib"])),
+            ("total GPU memory", gib_text(b["capacity_gib"])),
+            ("--gpu-memory-utilization (u)", num_text(b["gpu_memory_utilization"])),
+            ("vLLM's budget total × u", gib_text(b["budget_gib"])),
+            ("weights", gib_text(b["weights_gib"])),
+            ("activation peak (profile run)", gib_text(b["activation_gib"])),
+            ("non-torch memory", gib_text(b["non_torch_gib"])),
             (
                 "KV cache",
-                _gib(b["kv_gib"]) + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
+                gib_text(b["kv_gib"])
+                + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
             ),
             ("max_model_len", f"{b['max_model_len']:,}" if b.get("max_model_len") else "unknown"),
-            ("KV for one max_model_len request", _gib(b["kv_needed_gib"])),
-            ("CUDA graphs (outside the budget)", _gib(b["graph_gib"])),
+            ("KV for one max_model_len request", gib_text(b["kv_needed_gib"])),
+            ("CUDA graphs (outside the budget)", gib_text(b["graph_gib"])),
             (
                 "window u_min – u_max",
-                f"{_num(b['u_min'])} – {_num(b['u_max'])}"
+                f"{num_text(b['u_min'])} – {num_text(b['u_max'])}"
                 + (" (empty)" if b.get("window_empty") else ""),
             ),
         ]
@@ -105,38 +106,38 @@ def budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
     else:
         title = "memory budget" + (f" (tightest rank: {b['rank']})" if b.get("rank") else "")
     return title, [
-        ("free before weights (pre)", _gib(b["pre_gib"])),
-        ("free after weights (post)", _gib(b["post_gib"])),
-        ("weights", _gib(b["weights_gib"])),
-        ("--mem-fraction-static (y)", _num(b["mem_fraction_static"])),
-        ("static share y·pre", _gib(b["static_gib"])),
-        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
-        ("KV pool, computed", _gib(b["kv_gib"])),
+        ("free before weights (pre)", gib_text(b["pre_gib"])),
+        ("free after weights (post)", gib_text(b["post_gib"])),
+        ("weights", gib_text(b["weights_gib"])),
+        ("--mem-fraction-static (y)", num_text(b["mem_fraction_static"])),
+        ("static share y·pre", gib_text(b["static_gib"])),
+        ("dynamic share (1−y)·pre", gib_text(b["dynamic_gib"])),
+        ("KV pool, computed", gib_text(b["kv_gib"])),
         (
             "KV pool, logged",
-            _gib(b["kv_logged_gib"])
+            gib_text(b["kv_logged_gib"])
             + (f" ({b['kv_tokens']:,} tokens)" if b.get("kv_tokens") else ""),
         ),
         (
             "KV bytes per token",
             f"{b['bytes_per_token']:,}" if b.get("bytes_per_token") else "unknown",
         ),
-        ("CUDA graphs", _gib(b["graph_gib"])),
-        ("headroom after startup", _gib(b["headroom_gib"])),
-        ("y at which the KV pool is 0", _num(b["y_zero"])),
+        ("CUDA graphs", gib_text(b["graph_gib"])),
+        ("headroom after startup", gib_text(b["headroom_gib"])),
+        ("y at which the KV pool is 0", num_text(b["y_zero"])),
         (
             "window y_min – y_max",
-            f"{_num(b['y_min'])} – {_num(b['y_max'])}"
+            f"{num_text(b['y_min'])} – {num_text(b['y_max'])}"
             + (" (empty)" if b.get("window_empty") else ""),
         ),
     ]
 
 
-def _gib(x: float | None) -> str:
+def gib_text(x: float | None) -> str:
     return "unknown" if x is None else f"{x:.2f} GiB"
 
 
-def _num(x: float | None, digits: int = 3) -> str:
+def num_text(x: float | None, digits: int = 3) -> str:
     return "unknown" if x is None else f"{x:.{digits}f}"
 
 
@@ -189,6 +190,6 @@ def rank_table(budget: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             elif key == "mem_fraction_static":
                 row.append("?" if r.get(key) is None else f"{r[key]:.3f}")
             else:
-                row.append("?" if r.get(key) is None else _gib(r[key]))
+                row.append("?" if r.get(key) is None else gib_text(r[key]))
         rows.append(row)
     return header, rows

@@ -37,17 +37,19 @@ def render(report: dict[str, Any]) -> str:
     env.filters["fence_lines"] = fence_lines
     env.filters["code"] = code
     env.filters["esc"] = escape
-    env.filters["gib"] = lambda x: "unknown" if x is None else f"{x:.2f} GiB"
-    env.filters["num"] = lambda x, d=3: "unknown" if x is None else f"{x:.{d}f}"
     from oomdoctor.report.firstscreen import (
         budget_known,
         budget_rows,
         change_lines,
+        gib_text,
         known_rows,
+        num_text,
         oom_rows,
         rank_table,
     )
 
+    env.filters["gib"] = gib_text
+    env.filters["num"] = num_text
     title, rows = budget_rows(report["budget"])
     shown, missing = known_rows(rows) if budget_known(report["budget"]) else ([], [])
     first = {

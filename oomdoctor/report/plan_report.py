@@ -16,6 +16,7 @@ from oomdoctor.budget.targets import RAISE_MARGIN
 from oomdoctor.report import picture
 from oomdoctor.report.budget_json import budget_dict
 from oomdoctor.report.build import SCHEMA_VERSION
+from oomdoctor.report.firstscreen import gib_text
 
 FLAG = "--mem-fraction-static"
 
@@ -114,10 +115,6 @@ def _why(plan: Plan) -> str | None:
     )
 
 
-def _gib(x: float | None) -> str:
-    return "unknown" if x is None else f"{x:.2f} GiB"
-
-
 def _diff(plan: dict[str, Any], b: dict[str, Any]) -> list[str]:
     rec = plan["recommended_mem_fraction_static"]
     if rec is None:
@@ -132,12 +129,12 @@ def _rows(plan: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]:
         tokens = "0 (no pool)"
         per_request = 0.0
     rows = [
-        ("free before weights (pre)", _gib(b["pre_gib"])),
-        ("weights per GPU", _gib(b["weights_gib"])),
+        ("free before weights (pre)", gib_text(b["pre_gib"])),
+        ("weights per GPU", gib_text(b["weights_gib"])),
         (f"{FLAG} (y)", f"{b['mem_fraction_static']:.3f}"),
-        ("static share y·pre", _gib(b["static_gib"])),
-        ("dynamic share (1−y)·pre", _gib(b["dynamic_gib"])),
-        ("KV pool y·pre − weights", _gib(b["kv_gib"])),
+        ("static share y·pre", gib_text(b["static_gib"])),
+        ("dynamic share (1−y)·pre", gib_text(b["dynamic_gib"])),
+        ("KV pool y·pre − weights", gib_text(b["kv_gib"])),
     ]
     if b.get("bytes_per_token"):
         rows += [
@@ -147,7 +144,7 @@ def _rows(plan: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]:
             ("full-context requests", "unknown" if per_request is None else f"{per_request:.2f}"),
         ]
     rows += [
-        ("SGLang's runtime reserve", f"{_gib(b['reserve_gib'])} of the card"),
+        ("SGLang's runtime reserve", f"{gib_text(b['reserve_gib'])} of the card"),
         (
             "workable y (window)",
             f"{b['y_min']:.3f} – {b['y_max']:.3f}" + (" (empty)" if b.get("window_empty") else ""),

@@ -13,6 +13,7 @@ from oomdoctor.report.firstscreen import (
     budget_known,
     budget_rows,
     change_lines,
+    gib_text,
     known_rows,
     oom_rows,
     rank_table,
@@ -30,10 +31,6 @@ _STYLE = MappingProxyType(
         "unknown": "bold",
     }
 )
-
-
-def _gib(x: float | None) -> str:
-    return "unknown" if x is None else f"{x:.2f} GiB"
 
 
 def _picture(console: Any, pic: dict[str, Any] | None) -> None:
@@ -84,21 +81,25 @@ def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
             continue
         tags = [t for t, on in (("server GPU", d["server"]), ("failing", d["failing"])) if on]
         head = f"GPU {d['index']} {d['name'] or ''} {d['pci_bus_id'] or ''}".strip()
-        size = f"total {_gib(d['total_gib'])}, used {_gib(d['used_gib'])}"
+        size = f"total {gib_text(d['total_gib'])}, used {gib_text(d['used_gib'])}"
         console.print(Text(f"{head} ({', '.join(tags) or 'other'}): {size}", style="bold"))
         for p in by_gpu.pop(d["uuid"], []):
-            cost = f", costs the KV pool {_gib(p['kv_cost_gib'])}" if p.get("kv_cost_gib") else ""
+            cost = (
+                f", costs the KV pool {gib_text(p['kv_cost_gib'])}" if p.get("kv_cost_gib") else ""
+            )
             console.print(
-                Text(f"  pid {p['pid']:<8} {_gib(p['used_gib']):>11}  {holder_label(p)}{cost}")
+                Text(f"  pid {p['pid']:<8} {gib_text(p['used_gib']):>11}  {holder_label(p)}{cost}")
             )
         if d.get("unattributed_gib"):
             console.print(
-                Text(f"  {'':<12} {_gib(d['unattributed_gib']):>11}  held by no listed process")
+                Text(f"  {'':<12} {gib_text(d['unattributed_gib']):>11}  held by no listed process")
             )
     for uuid, procs in by_gpu.items():  # processes whose GPU is not in the device table
         console.print(Text(f"GPU {uuid or '?'}", style="bold"))
         for p in procs:
-            console.print(Text(f"  pid {p['pid']:<8} {_gib(p['used_gib']):>11}  {holder_label(p)}"))
+            console.print(
+                Text(f"  pid {p['pid']:<8} {gib_text(p['used_gib']):>11}  {holder_label(p)}")
+            )
     console.print()
 
 
