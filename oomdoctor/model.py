@@ -370,6 +370,8 @@ class Action(NamedTuple):
     value: Scalar = None
     current: Scalar = None
     basis: str | None = None  # the arithmetic behind the value, shown in reports
+    #: an "Or ..." instead of the actions before it: its flags are not part of the change
+    alternative: bool = False
 
 
 class Verdict(NamedTuple):

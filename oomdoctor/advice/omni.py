@@ -84,6 +84,7 @@ def thinker_kv(ctx: Context) -> list[Action]:
         )
     out.append(
         Action(
+            alternative=True,
             text="Or cap what one request may ask for: a lower max_tokens per request, or a "
             "shorter input (long audio/video prompts turn into many tokens).",
         )
@@ -113,6 +114,7 @@ def colocated_budget(ctx: Context) -> list[Action]:
             basis=f"used / total = {used:.2f}/{total:.2f} = {floor:.3f}, plus ≥ 2 GiB of KV pool",
         ),
         Action(
+            alternative=True,
             text="Or move a stage that shares the GPU elsewhere (--<stage>.gpu N) so the thinker "
             "can be given more of it.",
         ),

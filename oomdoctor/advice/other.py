@@ -171,8 +171,9 @@ def kv_slots(ctx: Context) -> list[Action]:
             )
         out.append(
             Action(
+                alternative=True,
                 text="Or give the pool more tokens (raise --mem-fraction-static if the "
-                "activation headroom allows)."
+                "activation headroom allows).",
             )
         )
     return out
@@ -268,6 +269,7 @@ def _grow_pool(ctx: Context) -> Action | None:
     )
     y = b.mem_fraction_static
     return Action(
+        alternative=True,
         text=f"Or grow the pool into the runtime headroom: +{dy:.2f} on --mem-fraction-static "
         f"({y:.2f} → {y + dy:.2f}) gives +{gained:.2f} GiB of KV{tokens} and still leaves "
         f"{b.headroom_gib - gained:.2f} GiB of the {b.headroom_gib:.2f} GiB that were free after "

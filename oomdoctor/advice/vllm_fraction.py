@@ -130,6 +130,7 @@ def raise_utilization(ctx: Context) -> list[Action]:
     out.extend(_shorter_context(ctx))
     out.append(
         Action(
+            alternative=True,
             text="Or make each token cheaper: --kv-cache-dtype fp8 halves the KV cache per token "
             "(check the model's accuracy with it).",
             flag="--kv-cache-dtype",
@@ -148,6 +149,7 @@ def _shorter_context(ctx: Context) -> list[Action]:
     if isinstance(estimated, int) and estimated > 0:
         return [
             Action(
+                alternative=True,
                 text=f"Or cap --max-model-len at {estimated:,} (today "
                 + (f"{length:,}" if length else "the model's default")
                 + "): vLLM's own estimate of the longest request this KV cache can hold.",
@@ -161,6 +163,7 @@ def _shorter_context(ctx: Context) -> list[Action]:
     if length and b.kv_gib and fits is not None and 0 < fits < length:
         return [
             Action(
+                alternative=True,
                 text=f"Or cap --max-model-len at {fits:,} (today {length:,}): the "
                 f"{b.kv_gib:.2f} GiB KV cache holds that many tokens at "
                 f"{b.bytes_per_token:,} B/token.",

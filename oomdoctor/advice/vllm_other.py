@@ -234,6 +234,7 @@ def kv_slots(ctx: Context) -> list[Action]:
     )
     out.append(
         Action(
+            alternative=True,
             text="Or give the KV cache more memory: raise --gpu-memory-utilization if the memory "
             "outside vLLM's budget allows it, or use --kv-cache-dtype fp8.",
         )

@@ -241,6 +241,7 @@ def build_report(diag: Diagnosis) -> dict[str, Any]:
                 "current": a.current,
                 "text": a.text,
                 "basis": a.basis,
+                "alternative": a.alternative,
             }
             for a in diag.actions
         ],

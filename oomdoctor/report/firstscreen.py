@@ -12,14 +12,15 @@ from oomdoctor.units import size
 
 def change_lines(actions: list[dict[str, Any]]) -> list[str]:
     """``- --flag old`` / ``+ --flag new`` per action with a value; an environment variable
-    (a flag without ``--``) reads ``+ NAME=value``. Values can be server_args strings from the
+    (a flag without ``--``) reads ``+ NAME=value``. An alternative ("Or ...") is not part of the
+    change: its flags stay in its own numbered action. Values can be server_args strings from the
     log: each line stays one line (a newline shows as ``␊``), so a value cannot add a line."""
     out: list[str] = []
     seen: set[str] = set()
     for a in actions:
         flag, value = a.get("flag"), a.get("value")
-        if not flag or value is None or flag in seen:
-            continue  # the first action on a flag is the one to apply
+        if not flag or value is None or flag in seen or a.get("alternative"):
+            continue  # the first action on a flag is the one to apply; an "Or" is not applied
         seen.add(flag)
         if not flag.startswith("-"):
             out.append(one_line(f"+ {flag}={value}"))
