@@ -97,6 +97,7 @@ def read(
                     blocks = _counting(blocks, progress, stream)
                 scans = (extractor.scanner.scan(block) for block in blocks)
             feeder.blocks(scans)
+            stats.lines = feeder.lines  # the reader does not count them: the scanner does
             assembler.lines_read += stats.lines
             notices.extend(read_notices(stats))
     finally:

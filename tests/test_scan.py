@@ -4,6 +4,7 @@ as reading line by line would, whatever the block size or the number of workers.
 from __future__ import annotations
 
 import importlib.util
+import random
 import re
 from pathlib import Path
 from types import ModuleType
@@ -13,7 +14,7 @@ import pytest
 from oomdoctor import pipeline
 from oomdoctor.model import Incident
 from oomdoctor.read import parallel
-from oomdoctor.read.scan import STATS_HEADS, Scanner
+from oomdoctor.read.scan import STATS_HEADS, TRIE_DEPTH, Scanner, alternation
 
 ROOT = Path(__file__).parent.parent
 
@@ -192,3 +193,30 @@ def test_what_a_user_pattern_on_stats_lines_sees(
         assert seen == decode_lines
     else:
         assert 0 < seen < decode_lines
+
+
+def test_the_trie_alternation_finds_what_the_words_find() -> None:
+    """Words that are prefixes of each other, regex metacharacters, non-ASCII bytes, words
+    longer than the trie's depth: the first match starts where the first word occurs."""
+    rng = random.Random(15)
+    alphabet = b"ab.*(|)?[]\\\xc3\xa9 "
+    for _ in range(400):
+        words = {
+            bytes(rng.choices(alphabet, k=rng.randint(1, 6))) for _ in range(rng.randint(1, 12))
+        }
+        words.add(b"a" * (TRIE_DEPTH + 1))
+        words |= {w[: rng.randint(1, len(w))] for w in list(words)[:3]}  # prefixes of words
+        pattern = re.compile(alternation(sorted(words)))
+        for _ in range(20):
+            text = bytes(rng.choices(alphabet, k=rng.randint(0, 40)))
+            if rng.random() < 0.1:
+                text += b"a" * (TRIE_DEPTH + 1)
+            first = min((i for w in words if (i := text.find(w)) >= 0), default=None)
+            m = pattern.search(text)
+            assert (m.start() if m else None) == first, (words, text)
+
+
+def test_the_anchor_alternation_is_a_trie() -> None:
+    anchors = [a.encode() for m in pipeline.matchers(pipeline.load_rules()) for a in m.anchors]
+    flat = b"|".join(re.escape(a) for a in anchors if a)
+    assert len(alternation(a for a in anchors if a)) < len(flat)

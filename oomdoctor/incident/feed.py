@@ -3,6 +3,7 @@ hand over the block's stats summary. Shared by files, stdin, gzip, `watch` and `
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 
 from oomdoctor.extract.facts import Extractor
@@ -35,16 +36,24 @@ class Feeder:
             for last in (scan.stats.last_prefill, scan.stats.last_decode):
                 if last is not None:
                     items.setdefault(*last)
-        numbered = ((self.lines + index + 1, raw) for index, raw in sorted(items.items()))
+        ordered = sorted(items.items())
+        done = 0
+        for counted in scan.retractions:  # a run's other retraction lines, counted by the scanner
+            upto = bisect_right(ordered, counted.after, key=lambda item: item[0])
+            self._feed(ordered[done:upto])
+            self.assembler.add_retractions(counted.lines, counted.requests)
+            done = upto
+        self._feed(ordered[done:])
+        if scan.stats is not None:
+            self.assembler.add_stats(scan.stats)
+        self.lines += scan.newlines
+
+    def _feed(self, items: list[tuple[int, bytes]]) -> None:
+        numbered = ((self.lines + index + 1, raw) for index, raw in items)
         for line, facts in self.extractor.facts(self.source, numbered):
             self.assembler.feed(line, facts)
             if self._on_facts is not None:
                 self._on_facts(line, facts)
-        if scan.retractions[0]:  # the block's other retraction lines, counted by the scanner
-            self.assembler.add_retractions(*scan.retractions)
-        if scan.stats is not None:
-            self.assembler.add_stats(scan.stats)
-        self.lines += scan.newlines
 
     def blocks(self, scans: Iterable[BlockScan]) -> None:
         for scan in scans:

@@ -6,13 +6,13 @@ their mix); only the lines it stops at reach Python, where each is checked exact
 its own and tested against the anchors of every signature and rule. The stats lines are
 not parsed one by one: each block is summarised with a few C-level searches (how many, the
 highest token usage, how many at ≥ 0.95, the first and last timestamps, the last line of each
-kind). The caller gets the candidate lines and that summary; line numbers stay exact.
+kind). Retraction lines, the frequent evidence of a full pool, are counted in the middle of
+each run of them. The caller gets the candidate lines and that summary; line numbers stay exact.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -21,18 +21,23 @@ SUB_BLOCK = 1 << 16
 #: Below these the anchors are tested with substring checks instead of a compiled alternation.
 SMALL_INPUT = 256 << 10
 SMALL_LINES = 5000
+#: After this many sub-blocks in a row that held lines to test, only every DENSE_STREAK-th one is
+#: checked for being boring as a whole (the check costs a pass, and on a dense log never pays).
+DENSE_STREAK = 8
 STATS_HEADS = (b"Prefill batch", b"Decode batch")
 #: uvicorn access lines (`"POST /generate HTTP/1.1" 200`): frequent, never evidence.
 ACCESS = b" HTTP/1."
 _USAGE = re.compile(rb"token usage: (\d\.\d\d)")
 _TS = re.compile(rb"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)")
 HIGH_USAGE = b"0.95"
-#: SGLang's retraction line in full: the frequent evidence kind of a full pool (1-2% of a dense
-#: log's lines). A block whose only candidates are such lines passes the first RETRACTIONS_KEPT
-#: and the last one (what features and evidence read) and counts the others.
+#: SGLang's retraction line in full (0.4.10 to 0.5.23): the frequent evidence kind of a full
+#: pool (1-2% of a dense log's lines). Of each run of such lines with no other candidate between
+#: them, the first RETRACTIONS_KEPT and the last one are passed (what features and evidence
+#: read); the others are counted (Counted).
 RETRACTION = re.compile(
     rb"(?:\[[^\]\n]{0,80}\] )?KV cache pool is full\. Retract requests\. #retracted_reqs: (\d{1,9}), "
-    rb"#new_tokens_gained: \d+, #new_token_ratio: [\d.]+ -> [\d.]+\r?"
+    rb"(?:#new_tokens_gained: \d+, )?(?:#mamba_num_gained: \d+, )?"
+    rb"#new_token_ratio: [\d.]+ -> [\d.]+\r?"
 )
 RETRACTIONS_KEPT = 3
 RETRACTION_SAMPLE = (
@@ -46,8 +51,8 @@ RETRACTION_ANCHORS = frozenset({b"Retract requests", b"Retract requests. #retrac
 #: blank; a stats or access line, bare or in SGLang's `[time rank] ` envelope.
 _ENVELOPE = rb"(?:\[[^\]\n]{0,80}\] )?"
 BLANK_LINE = rb"[ \t\r]*\n"
-STATS_LINE = _ENVELOPE + rb"(?:Prefill batch|Decode batch)[^\n]*\n"
-ACCESS_LINE = _ENVELOPE + rb"INFO: [^\n]* HTTP/1\.[^\n]*\n"
+STATS_HEAD = rb"Prefill batch|Decode batch"
+ACCESS_HEAD = rb"INFO: [^\n]* HTTP/1\."
 #: Samples of the boring lines: a rule anchor found in one of them disables the exclusion.
 _BORING_SAMPLES = (
     "Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, token usage: 0.50, "
@@ -73,25 +78,33 @@ class StatsBlock(NamedTuple):
     last_decode: tuple[int, bytes] | None = None
 
 
+class Counted(NamedTuple):
+    """Retraction lines of one run that were counted instead of passed."""
+
+    after: int  # line index in the block of the run's last line (passed): they come before it
+    lines: int
+    requests: int  # their #retracted_reqs, summed
+
+
 class BlockScan(NamedTuple):
     newlines: int
     candidates: tuple[tuple[int, bytes], ...]  # (line index in the block, raw line)
     stats: StatsBlock | None
-    #: retraction lines of the block not passed as candidates: (how many, their #retracted_reqs)
-    retractions: tuple[int, int] = (0, 0)
+    retractions: tuple[Counted, ...] = ()
 
 
 class _Cursor:
     """Where the last candidate of a block started and its line index: the next one's index is
     counted from there, not from the block's start."""
 
-    __slots__ = ("index", "offset", "retractions")
+    __slots__ = ("counted", "index", "offset", "run")
 
     def __init__(self) -> None:
         self.offset = 0
         self.index = 0
-        #: retraction lines held back: (index, byte offset, line, #retracted_reqs)
-        self.retractions: list[tuple[int, int, bytes, int]] = []
+        #: the run of retraction lines held back: (index, byte offset, line, #retracted_reqs)
+        self.run: list[tuple[int, int, bytes, int]] = []
+        self.counted: list[Counted] = []
 
 
 class Scanner:
@@ -110,6 +123,7 @@ class Scanner:
         own = {a for a in self._encoded if a in RETRACTION_SAMPLE}
         self._retractions_thin = own <= RETRACTION_ANCHORS
         self._tested = 0  # lines tested with substring checks so far
+        self._streak = 0  # sub-blocks in a row that held lines to test
         rare = [a for a in unique if a.encode() not in STATS_HEADS]
         self._stats_boring = not any(a in s for a in rare for s in _BORING_SAMPLES[:2])
         self._access_boring = not any(a in s for a in rare for s in _BORING_SAMPLES[2:])
@@ -121,7 +135,7 @@ class Scanner:
         noticeable part of a short run. Small inputs test lines with substring checks instead;
         the alternation is compiled once a big block or enough lines come along."""
         if self._regex is None and (len(data) > SMALL_INPUT or self._tested > SMALL_LINES):
-            self._regex = re.compile(b"|".join(re.escape(a) for a in self._encoded))
+            self._regex = re.compile(alternation(self._encoded))
         if self._regex is not None:
             return self._regex.search
         return self._contains
@@ -137,56 +151,71 @@ class Scanner:
         search = self._search_for(block)
         candidates: dict[int, bytes] = {}
         cursor = _Cursor()
-        prefill = decode = 0
+        prefill = decode = newlines = 0
         pos, n = 0, len(block)
         while pos < n:  # sub-blocks of whole lines
             end = block.rfind(b"\n", pos, pos + SUB_BLOCK) + 1
             if end <= pos:
                 end = block.find(b"\n", pos + SUB_BLOCK) + 1 or n
+            lines = block.count(b"\n", pos, end)
             p, d = block.count(STATS_HEADS[0], pos, end), block.count(STATS_HEADS[1], pos, end)
-            prefill, decode = prefill + p, decode + d
-            if not self._all_boring(block, pos, end, p + d):
+            newlines, prefill, decode = newlines + lines, prefill + p, decode + d
+            if lines < end - pos and block[end - 1] != 10:  # a last line without its newline
+                lines += 1
+            if not self._all_boring(block, pos, end, lines, p + d):
                 if self._regex is None:
                     self._scan_lines(block, pos, end, search, candidates, cursor)
                 else:
                     self._scan_runs(block, pos, end, search, candidates, cursor)
             pos = end
+        self._close_run(block, candidates, cursor)
         stats = self.stats(block, prefill, decode) if prefill or decode else None
-        counted = self._thin_retractions(block, candidates, cursor.retractions)
-        return BlockScan(block.count(b"\n"), tuple(sorted(candidates.items())), stats, counted)
+        return BlockScan(newlines, tuple(sorted(candidates.items())), stats, tuple(cursor.counted))
 
-    def _thin_retractions(
-        self, block: bytes, candidates: dict[int, bytes], found: list[tuple[int, int, bytes, int]]
-    ) -> tuple[int, int]:
-        """Retraction lines were held back: pass them all when the block has other candidates
-        (their order with other lines matters), else the first few and the last, and count the
-        rest."""
-        middle: list[tuple[int, int, bytes, int]] = []
-        keep = found
-        if not candidates and len(found) > RETRACTIONS_KEPT + 1:
-            keep, middle = [*found[:RETRACTIONS_KEPT], found[-1]], found[RETRACTIONS_KEPT:-1]
+    def _close_run(self, block: bytes, candidates: dict[int, bytes], cursor: _Cursor) -> None:
+        """The run of retraction lines held back ends (another candidate, or the block's end):
+        pass its first few and its last, and count the ones between."""
+        run = cursor.run
+        if not run:
+            return
+        keep = run
+        if len(run) > RETRACTIONS_KEPT + 1:
+            keep, middle = [*run[:RETRACTIONS_KEPT], run[-1]], run[RETRACTIONS_KEPT:-1]
+            cursor.counted.append(Counted(run[-1][0], len(middle), sum(r[3] for r in middle)))
         for index, start, line, _ in keep:
             self._add(block, start, index, line, candidates)
-        return (len(middle), sum(n for *_, n in middle)) if middle else (0, 0)
+        cursor.run = []
 
-    def _all_boring(self, block: bytes, start: int, end: int, stats: int) -> bool:
+    def _all_boring(self, block: bytes, start: int, end: int, lines: int, stats: int) -> bool:
         """Only stats and access lines, or only blank ones, between start and end: C-level
-        counts say so."""
-        lines = block.count(b"\n", start, end) + (0 if block.endswith(b"\n", start, end) else 1)
+        counts say so. Where sub-blocks keep holding other lines (a dense log), the access
+        count is mostly skipped: the exact path finds the same lines without it."""
         boring = stats if self._stats_boring else 0
-        if self._access_boring and boring < lines:
+        if boring == lines:
+            self._streak = 0
+            return True
+        self._streak += 1
+        if self._streak > DENSE_STREAK and self._streak % DENSE_STREAK:
+            return False
+        if self._access_boring:
             boring += block.count(ACCESS, start, end)
-        return boring == lines or block[start:end].isspace()  # or blank lines only
+        if boring == lines or block[start:end].isspace():  # or blank lines only
+            self._streak = 0
+            return True
+        return False
 
     def _skipper(self) -> re.Pattern[bytes]:
         """A run of lines that are certainly boring (blank, or a stats or access line in
         SGLang's own envelope), matched at C speed; whatever it stops at is checked exactly."""
         if self._skip is None:
-            kinds = [BLANK_LINE]
+            heads = []
             if self._stats_boring:
-                kinds.append(STATS_LINE)
+                heads.append(STATS_HEAD)
             if self._access_boring:
-                kinds.append(ACCESS_LINE)
+                heads.append(ACCESS_HEAD)
+            kinds = [BLANK_LINE]
+            if heads:
+                kinds.append(_ENVELOPE + b"(?:" + b"|".join(heads) + rb")[^\n]*\n")
             self._skip = re.compile(b"(?:" + b"|".join(kinds) + b")*")
         return self._skip
 
@@ -234,8 +263,9 @@ class Scanner:
         if self._retractions_thin and stats_boring:
             m = RETRACTION.fullmatch(line)
             if m is not None and not search(line[: line.find(b"KV cache pool")]):
-                cursor.retractions.append((index, start, line, int(m.group(1))))
+                cursor.run.append((index, start, line, int(m.group(1))))
                 return
+        self._close_run(block, candidates, cursor)
         self._add(block, start, index, line, candidates)
 
     def _add(
@@ -268,15 +298,17 @@ class Scanner:
     def stats(self, block: bytes, prefill: int, decode: int) -> StatsBlock:
         """Summarise a block's stats lines (their counts come from the caller's scan)."""
         values = _USAGE.findall(block)
-        values.sort()
+        peak = max(values) if values else None
+        # The usage values are all `d.dd`, so bytes compare as the numbers do.
+        high = sum(map(HIGH_USAGE.__le__, values)) if peak is not None and peak >= HIGH_USAGE else 0
         first = min((i for i in (block.find(h) for h in STATS_HEADS) if i >= 0), default=-1)
         last = max(block.rfind(h) for h in STATS_HEADS)
         return StatsBlock(
             prefill=prefill,
             decode=decode,
             usage_lines=len(values),
-            high_lines=len(values) - bisect_left(values, HIGH_USAGE),
-            peak_usage=float(values[-1]) if values else None,
+            high_lines=high,
+            peak_usage=float(peak) if peak is not None else None,
             first_ts=_ts_at(block, first),
             last_ts=_ts_at(block, last),
             last_prefill=_line_at(block, block.rfind(STATS_HEADS[0])),
@@ -317,3 +349,35 @@ def _ts_at(block: bytes, pos: int) -> str | None:
     start = block.rfind(b"\n", 0, pos) + 1
     m = _TS.search(block, start, pos)
     return m.group(1).decode("ascii").replace("T", " ") if m else None
+
+
+#: A trie node: next byte → node; the key -1 marks the end of a word.
+_Trie = dict[int, "_Trie"]
+#: Words longer than this join the alternation as they are (a deep trie nests as many groups,
+#: and Python's regex compiler recurses on each).
+TRIE_DEPTH = 96
+
+
+def alternation(words: Iterable[bytes]) -> bytes:
+    """One regex that finds any of the words, written as a trie (`Pre(?:fill|empt)`): Python's
+    engine then tries a handful of branches at each position instead of every word (about 6×
+    faster with ~300 anchors). Only whether and where some word starts is meant to be used."""
+    trie: _Trie = {}
+    long = []
+    for word in words:
+        if len(word) > TRIE_DEPTH:
+            long.append(re.escape(word))
+            continue
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[-1] = {}
+    return b"|".join([_branches(trie), *long] if trie else long)
+
+
+def _branches(node: _Trie) -> bytes:
+    alts = [re.escape(bytes([c])) + _branches(node[c]) for c in sorted(k for k in node if k >= 0)]
+    if not alts:
+        return b""
+    body = alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+    return b"(?:" + body + b")?" if -1 in node else body

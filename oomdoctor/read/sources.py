@@ -52,7 +52,7 @@ class ReadStats:
 
     name: str
     bytes_read: int = 0
-    lines: int = 0
+    lines: int = 0  # set by whoever scans the blocks (the reader does not count them)
     cut_lines: int = 0
     gzip: bool = False
     gzip_truncated: bool = False
@@ -241,7 +241,6 @@ class Window:
 def merge_stats(into: ReadStats, part: ReadStats) -> None:
     """Add a worker's counts for one byte range to the whole file's."""
     into.bytes_read += part.bytes_read
-    into.lines += part.lines
     into.cut_lines += part.cut_lines
     into.read_error = into.read_error or part.read_error
 
@@ -283,7 +282,6 @@ def iter_blocks(
         if cut < 0:
             if len(data) > max_line:
                 stats.cut_lines += 1
-                stats.lines += 1
                 yield data[:max_line] + b"\n"
                 carry = b""
                 skipping = True
@@ -296,10 +294,8 @@ def iter_blocks(
             block += carry[:max_line] + b"\n"
             carry = b""
             skipping = True
-        stats.lines += block.count(b"\n")
         yield block
     if carry:
-        stats.lines += 1
         yield carry + b"\n"
 
 
