@@ -14,7 +14,8 @@ import pytest
 from oomdoctor import pipeline
 from oomdoctor.model import Incident
 from oomdoctor.read import parallel
-from oomdoctor.read.scan import STATS_HEADS, TRIE_DEPTH, Scanner, alternation
+from oomdoctor.read.scan import STATS_HEADS, Scanner
+from oomdoctor.read.trie import TRIE_DEPTH, alternation
 
 ROOT = Path(__file__).parent.parent
 

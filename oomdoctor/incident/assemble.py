@@ -22,7 +22,7 @@ from oomdoctor.incident.versions import VersionTracker
 from oomdoctor.knowledge import Knowledge, builtin
 from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS, FAILURE_KINDS, MEMORY_KINDS, OOM_KINDS
 from oomdoctor.model import Fact, Frame, Incident, Line
-from oomdoctor.read.scan import StatsBlock
+from oomdoctor.read.stats import StatsBlock
 
 Handler = Callable[[Stream, Fact], None]
 #: Lines whose refused settings the notice names.
@@ -314,17 +314,18 @@ class Assembler:
 class _Snapshot(Stream):
     """A copy of a stream, so that reading the incident mid-run (watch) changes nothing."""
 
+    __slots__ = ()
+
     def __init__(self, stream: Stream) -> None:
-        super().__init__(
-            frames=list(stream.frames),
-            open=stream.open,
-            header=stream.header,
-            opener=stream.opener,
-            first_frame=stream.first_frame,
-            frame_line=stream.frame_line,
-            last_line=stream.last_line,
-            last_failure=stream.last_failure,
-        )
+        super().__init__()
+        self.frames = list(stream.frames)
+        self.open = stream.open
+        self.header = stream.header
+        self.opener = stream.opener
+        self.first_frame = stream.first_frame
+        self.frame_line = stream.frame_line
+        self.last_line = stream.last_line
+        self.last_failure = stream.last_failure
 
 
 def _redundant(kind: str, kinds: set[str]) -> bool:

@@ -22,7 +22,7 @@ from oomdoctor.model import (
     Scalar,
     StatsSummary,
 )
-from oomdoctor.read.scan import StatsBlock
+from oomdoctor.read.stats import StatsBlock
 
 MAX_FACTS_PER_KIND = 40
 

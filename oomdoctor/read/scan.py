@@ -4,9 +4,7 @@ A production log is mostly boring lines: the periodic `Prefill/Decode batch` sta
 access lines, blank lines. One regex match passes over each run of them at C speed (whatever
 their mix); only the lines it stops at reach Python, where each is checked exactly as a line of
 its own and tested against the anchors of every signature and rule. The stats lines are
-not parsed one by one: each block is summarised with a few C-level searches (how many, the
-highest token usage, how many at ≥ 0.95, the first and last timestamps, the last line of each
-kind). Retraction lines, the frequent evidence of a full pool, are counted in the middle of
+not parsed one by one: each block is summarised with a few C-level searches (stats.py). Retraction lines, the frequent evidence of a full pool, are counted in the middle of
 each run of them. The caller gets the candidate lines and that summary; line numbers stay exact.
 """
 
@@ -16,6 +14,10 @@ import re
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from oomdoctor.read.frequent import RETRACTION_TEXT, Frequent
+from oomdoctor.read.stats import STATS_HEADS, StatsBlock, line_at, summarise
+from oomdoctor.read.trie import alternation
+
 #: Sub-blocks of this size whose lines are all stats or access lines are skipped on counts alone.
 SUB_BLOCK = 1 << 16
 #: Below these the anchors are tested with substring checks instead of a compiled alternation.
@@ -24,21 +26,16 @@ SMALL_LINES = 5000
 #: After this many sub-blocks in a row that held lines to test, only every DENSE_STREAK-th one is
 #: checked for being boring as a whole (the check costs a pass, and on a dense log never pays).
 DENSE_STREAK = 8
-STATS_HEADS = (b"Prefill batch", b"Decode batch")
 #: uvicorn access lines (`"POST /generate HTTP/1.1" 200`): frequent, never evidence.
 ACCESS = b" HTTP/1."
-_USAGE = re.compile(rb"token usage: (\d\.\d\d)")
-_TS = re.compile(rb"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)")
-HIGH_USAGE = b"0.95"
-#: SGLang's retraction line in full (0.4.10 to 0.5.23): the frequent evidence kind of a full
-#: pool (1-2% of a dense log's lines). Of each run of such lines with no other candidate between
+#: What counting access lines looks for: most of them, faster (fewer is safe: the count then
+#: settles fewer sub-blocks).
+ACCESS_COUNT = b' HTTP/1.1" '
+#: SGLang's retraction line in full (any envelope): the frequent evidence kind of a full pool
+#: (1-2% of a dense log's lines). Of each run of such lines with no other candidate between
 #: them, the first RETRACTIONS_KEPT and the last one are passed (what features and evidence
 #: read); the others are counted (Counted).
-RETRACTION = re.compile(
-    rb"(?:\[[^\]\n]{0,80}\] )?KV cache pool is full\. Retract requests\. #retracted_reqs: (\d{1,9}), "
-    rb"(?:#new_tokens_gained: \d+, )?(?:#mamba_num_gained: \d+, )?"
-    rb"#new_token_ratio: [\d.]+ -> [\d.]+\r?"
-)
+RETRACTION = re.compile(rb"(?:\[[^\]\n]{0,80}\] )?" + RETRACTION_TEXT)
 RETRACTIONS_KEPT = 3
 RETRACTION_SAMPLE = (
     b"KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: 1, "
@@ -64,20 +61,6 @@ _BORING_SAMPLES = (
 )
 
 
-class StatsBlock(NamedTuple):
-    """The stats lines of one block, summarised without parsing them one by one."""
-
-    prefill: int = 0
-    decode: int = 0
-    usage_lines: int = 0
-    high_lines: int = 0  # token usage ≥ 0.95
-    peak_usage: float | None = None
-    first_ts: str | None = None
-    last_ts: str | None = None
-    last_prefill: tuple[int, bytes] | None = None  # (line index in the block, raw line)
-    last_decode: tuple[int, bytes] | None = None
-
-
 class Counted(NamedTuple):
     """Retraction lines of one run that were counted instead of passed."""
 
@@ -94,17 +77,30 @@ class BlockScan(NamedTuple):
 
 
 class _Cursor:
-    """Where the last candidate of a block started and its line index: the next one's index is
-    counted from there, not from the block's start."""
+    """A line start whose index is known (the last candidate's, or the sub-block's start): the
+    next candidate's index is counted from there, not from the block's start."""
 
     __slots__ = ("counted", "index", "offset", "run")
 
     def __init__(self) -> None:
         self.offset = 0
         self.index = 0
-        #: the run of retraction lines held back: (index, byte offset, line, #retracted_reqs)
-        self.run: list[tuple[int, int, bytes, int]] = []
+        #: the run of retraction lines held back: (index, byte offset, line, #retracted_reqs,
+        #: offset and index of a known line start before it). Past the first RETRACTIONS_KEPT
+        #: the index is -1 until needed: only the run's last one is passed.
+        self.run: list[tuple[int, int, bytes, int, int, int]] = []
         self.counted: list[Counted] = []
+
+    def index_of(self, block: bytes, start: int) -> int:
+        """The index of the line starting at ``start`` (at or after the known one)."""
+        self.index += block.count(b"\n", self.offset, start)
+        self.offset = start
+        return self.index
+
+    def known(self, offset: int, index: int) -> None:
+        """A later line start whose index is known (a sub-block's start)."""
+        if offset > self.offset:
+            self.offset, self.index = offset, index
 
 
 class Scanner:
@@ -118,15 +114,19 @@ class Scanner:
         self._encoded = tuple(a.encode("utf-8") for a in unique)
         self._regex: re.Pattern[bytes] | None = None
         self._skip: re.Pattern[bytes] | None = None
-        # Only when the retraction line holds no anchor but the retraction signature's and the
-        # SGLang engine marker's: any other matcher of it would see fewer lines.
-        own = {a for a in self._encoded if a in RETRACTION_SAMPLE}
-        self._retractions_thin = own <= RETRACTION_ANCHORS
         self._tested = 0  # lines tested with substring checks so far
-        self._streak = 0  # sub-blocks in a row that held lines to test
+        self._misses = 0  # sub-blocks in a row that the counts could not settle
         rare = [a for a in unique if a.encode() not in STATS_HEADS]
         self._stats_boring = not any(a in s for a in rare for s in _BORING_SAMPLES[:2])
         self._access_boring = not any(a in s for a in rare for s in _BORING_SAMPLES[2:])
+        # Only when the retraction line holds no anchor but the retraction signature's and the
+        # SGLang engine marker's: any other matcher of it would see fewer lines.
+        own = {a for a in self._encoded if a in RETRACTION_SAMPLE}
+        self._retractions_thin = own <= RETRACTION_ANCHORS and self._stats_boring
+        # ... and an anchor is in its fixed words: every retraction line is then a candidate.
+        self._retractions_held = self._retractions_thin and bool(own)
+        boring = [*STATS_HEADS] if self._stats_boring else []
+        self._frequent = Frequent([*boring, ACCESS] if self._access_boring else boring)
 
     # -- the anchor test ---------------------------------------------------------------------
 
@@ -159,50 +159,84 @@ class Scanner:
                 end = block.find(b"\n", pos + SUB_BLOCK) + 1 or n
             lines = block.count(b"\n", pos, end)
             p, d = block.count(STATS_HEADS[0], pos, end), block.count(STATS_HEADS[1], pos, end)
+            cursor.known(pos, newlines)
             newlines, prefill, decode = newlines + lines, prefill + p, decode + d
             if lines < end - pos and block[end - 1] != 10:  # a last line without its newline
                 lines += 1
-            if not self._all_boring(block, pos, end, lines, p + d):
+            if not self._settled(block, pos, end, lines, p + d, search, candidates, cursor):
                 if self._regex is None:
                     self._scan_lines(block, pos, end, search, candidates, cursor)
                 else:
                     self._scan_runs(block, pos, end, search, candidates, cursor)
             pos = end
         self._close_run(block, candidates, cursor)
-        stats = self.stats(block, prefill, decode) if prefill or decode else None
+        stats = summarise(block, prefill, decode) if prefill or decode else None
         return BlockScan(newlines, tuple(sorted(candidates.items())), stats, tuple(cursor.counted))
+
+    def _settled(
+        self,
+        block: bytes,
+        start: int,
+        end: int,
+        lines: int,
+        stats: int,
+        search: Callable[[bytes], object],
+        candidates: dict[int, bytes],
+        cursor: _Cursor,
+    ) -> bool:
+        """Whether C-level counts settle the sub-block: only stats and access lines, or only
+        blank ones, or besides those only retraction lines (then tested one by one) and lines
+        the log repeats (frequent.py). Where sub-blocks keep escaping the counts, only every
+        DENSE_STREAK-th one is counted: the exact path finds the same lines without them."""
+        boring = stats if self._stats_boring else 0
+        if boring == lines:
+            return True
+        if self._misses > DENSE_STREAK and self._misses % DENSE_STREAK:
+            self._misses += 1
+            return False
+        if self._access_boring:
+            boring += block.count(ACCESS_COUNT, start, end)
+        if boring == lines or block[start:end].isspace():  # or blank lines only
+            self._misses = 0
+            return True
+        kinds = self._frequent.kinds(self._retractions_thin)
+        found = (
+            self._frequent.lines_of(block, start, end, kinds, lines - boring, search)
+            if kinds
+            else None
+        )
+        if found is None:
+            self._misses += 1
+            return False
+        self._misses = 0
+        for at, line, requests in found:
+            if (
+                requests < 0
+                or not self._retractions_held
+                or not self._hold(block, at, line, requests, search, cursor)
+            ):
+                self._test(block, at, line, search, candidates, cursor)
+        return True
 
     def _close_run(self, block: bytes, candidates: dict[int, bytes], cursor: _Cursor) -> None:
         """The run of retraction lines held back ends (another candidate, or the block's end):
-        pass its first few and its last, and count the ones between."""
+        pass its first few and its last, and count the ones between. Their stats context is
+        not needed: nothing reads it but what the block's last stats lines set anyway."""
         run = cursor.run
         if not run:
             return
-        keep = run
+        last = run[-1]
+        if last[0] < 0:  # its index, counted from the known line start before it
+            index = last[5] + block.count(b"\n", last[4], last[1])
+            run[-1] = last = (index, *last[1:])
+            cursor.known(last[1], index)
         if len(run) > RETRACTIONS_KEPT + 1:
-            keep, middle = [*run[:RETRACTIONS_KEPT], run[-1]], run[RETRACTIONS_KEPT:-1]
-            cursor.counted.append(Counted(run[-1][0], len(middle), sum(r[3] for r in middle)))
-        for index, start, line, _ in keep:
-            self._add(block, start, index, line, candidates)
+            middle = run[RETRACTIONS_KEPT:-1]
+            cursor.counted.append(Counted(last[0], len(middle), sum(r[3] for r in middle)))
+            run = [*run[:RETRACTIONS_KEPT], last]
+        for index, _, line, *_ in run:
+            candidates[index] = line
         cursor.run = []
-
-    def _all_boring(self, block: bytes, start: int, end: int, lines: int, stats: int) -> bool:
-        """Only stats and access lines, or only blank ones, between start and end: C-level
-        counts say so. Where sub-blocks keep holding other lines (a dense log), the access
-        count is mostly skipped: the exact path finds the same lines without it."""
-        boring = stats if self._stats_boring else 0
-        if boring == lines:
-            self._streak = 0
-            return True
-        self._streak += 1
-        if self._streak > DENSE_STREAK and self._streak % DENSE_STREAK:
-            return False
-        if self._access_boring:
-            boring += block.count(ACCESS, start, end)
-        if boring == lines or block[start:end].isspace():  # or blank lines only
-            self._streak = 0
-            return True
-        return False
 
     def _skipper(self) -> re.Pattern[bytes]:
         """A run of lines that are certainly boring (blank, or a stats or access line in
@@ -251,29 +285,46 @@ class Scanner:
     ) -> None:
         """One line (it starts at byte ``start``): a candidate if it is not boring and holds
         an anchor; then the stats lines just before it say what the server was doing."""
-        stats_boring = self._stats_boring
-        if stats_boring and (STATS_HEADS[0] in line or STATS_HEADS[1] in line):
+        if self._stats_boring and (STATS_HEADS[0] in line or STATS_HEADS[1] in line):
             return
         if self._access_boring and ACCESS in line:
             return
         if not search(line):
+            self._frequent.learn(line)
             return
-        index = cursor.index + block.count(b"\n", cursor.offset, start)
-        cursor.offset, cursor.index = start, index
-        if self._retractions_thin and stats_boring:
+        if self._retractions_thin:
             m = RETRACTION.fullmatch(line)
-            if m is not None and not search(line[: line.find(b"KV cache pool")]):
-                cursor.run.append((index, start, line, int(m.group(1))))
+            if m is not None and self._hold(block, start, line, int(m[1]), search, cursor):
                 return
         self._close_run(block, candidates, cursor)
-        self._add(block, start, index, line, candidates)
+        self._add(block, start, cursor.index_of(block, start), line, candidates)
+
+    def _hold(
+        self,
+        block: bytes,
+        start: int,
+        line: bytes,
+        requests: int,
+        search: Callable[[bytes], object],
+        cursor: _Cursor,
+    ) -> bool:
+        """Hold a retraction line back in the current run, unless its envelope has an anchor
+        (another matcher may want it: it is then tested as any other line)."""
+        if search(line[: line.find(b"KV cache pool")]):
+            return False
+        run = cursor.run
+        if len(run) < RETRACTIONS_KEPT:
+            run.append((cursor.index_of(block, start), start, line, requests, 0, 0))
+        else:
+            run.append((-1, start, line, requests, cursor.offset, cursor.index))
+        return True
 
     def _add(
         self, block: bytes, start: int, index: int, line: bytes, candidates: dict[int, bytes]
     ) -> None:
         """A candidate, and the stats lines just before it: what the server was doing then."""
         for head in STATS_HEADS if self._stats_boring else ():
-            context = _line_at(block, block.rfind(head, 0, start), start, index)
+            context = line_at(block, block.rfind(head, 0, start), start, index)
             if context is not None:
                 candidates.setdefault(*context)
         candidates[index] = line
@@ -295,26 +346,6 @@ class Scanner:
             if line:
                 self._test(block, here, line, search, candidates, cursor)
 
-    def stats(self, block: bytes, prefill: int, decode: int) -> StatsBlock:
-        """Summarise a block's stats lines (their counts come from the caller's scan)."""
-        values = _USAGE.findall(block)
-        peak = max(values) if values else None
-        # The usage values are all `d.dd`, so bytes compare as the numbers do.
-        high = sum(map(HIGH_USAGE.__le__, values)) if peak is not None and peak >= HIGH_USAGE else 0
-        first = min((i for i in (block.find(h) for h in STATS_HEADS) if i >= 0), default=-1)
-        last = max(block.rfind(h) for h in STATS_HEADS)
-        return StatsBlock(
-            prefill=prefill,
-            decode=decode,
-            usage_lines=len(values),
-            high_lines=high,
-            peak_usage=float(peak) if peak is not None else None,
-            first_ts=_ts_at(block, first),
-            last_ts=_ts_at(block, last),
-            last_prefill=_line_at(block, block.rfind(STATS_HEADS[0])),
-            last_decode=_line_at(block, block.rfind(STATS_HEADS[1])),
-        )
-
     # -- single lines (normalised text) ------------------------------------------------------
 
     def anchors_in(self, text: str) -> set[str]:
@@ -326,58 +357,3 @@ class Scanner:
 
     def has_anchor(self, text: str) -> bool:
         return any(a in text for a in self.anchors)
-
-
-def _line_at(
-    block: bytes, pos: int, known_offset: int = 0, known_index: int = 0
-) -> tuple[int, bytes] | None:
-    """The line holding byte ``pos``, with its index (counted from a known line start)."""
-    if pos < 0:
-        return None
-    start = block.rfind(b"\n", 0, pos) + 1
-    end = block.find(b"\n", pos)
-    if start >= known_offset:
-        index = known_index + block.count(b"\n", known_offset, start)
-    else:
-        index = known_index - block.count(b"\n", start, known_offset)
-    return index, block[start : end if end >= 0 else len(block)]
-
-
-def _ts_at(block: bytes, pos: int) -> str | None:
-    if pos < 0:
-        return None
-    start = block.rfind(b"\n", 0, pos) + 1
-    m = _TS.search(block, start, pos)
-    return m.group(1).decode("ascii").replace("T", " ") if m else None
-
-
-#: A trie node: next byte → node; the key -1 marks the end of a word.
-_Trie = dict[int, "_Trie"]
-#: Words longer than this join the alternation as they are (a deep trie nests as many groups,
-#: and Python's regex compiler recurses on each).
-TRIE_DEPTH = 96
-
-
-def alternation(words: Iterable[bytes]) -> bytes:
-    """One regex that finds any of the words, written as a trie (`Pre(?:fill|empt)`): Python's
-    engine then tries a handful of branches at each position instead of every word (about 6×
-    faster with ~300 anchors). Only whether and where some word starts is meant to be used."""
-    trie: _Trie = {}
-    long = []
-    for word in words:
-        if len(word) > TRIE_DEPTH:
-            long.append(re.escape(word))
-            continue
-        node = trie
-        for char in word:
-            node = node.setdefault(char, {})
-        node[-1] = {}
-    return b"|".join([_branches(trie), *long] if trie else long)
-
-
-def _branches(node: _Trie) -> bytes:
-    alts = [re.escape(bytes([c])) + _branches(node[c]) for c in sorted(k for k in node if k >= 0)]
-    if not alts:
-        return b""
-    body = alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
-    return b"(?:" + body + b")?" if -1 in node else body
