@@ -6,7 +6,6 @@ HBM3``). Each card lists the names it answers to; a name that matches none gets 
 
 from __future__ import annotations
 
-import difflib
 from typing import NamedTuple
 
 
@@ -69,6 +68,8 @@ def find(name: str) -> Card | None:
 
 def nearest(name: str, n: int = 3) -> list[str]:
     """Card labels whose names are closest to a name that matched none (typos, half names)."""
+    import difflib  # only a name that matched no card pays for it
+
     want = _key(name)
     by_key = {_key(alias): c.label for c in CARDS for alias in _names(c)}
     prefixed = [label for k, label in by_key.items() if want and k.startswith(want)]

@@ -9,13 +9,13 @@ standard input is watched as the pipeline reads it.
 from __future__ import annotations
 
 import operator
-import re
 import stat
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
+from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.knowledge import family
 
 if TYPE_CHECKING:
@@ -199,8 +199,8 @@ def _show_version(v: tuple[str, str | None, str | None]) -> str:
     return f"{engine} >={low}" if low else f"{engine} <={high}"
 
 
-_FULL_TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T-](\d\d):(\d\d):(\d\d)")
-_MONTH_DAY_TS = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_FULL_TS = LazyPattern(r"(\d{4})-(\d\d)-(\d\d)[ T-](\d\d):(\d\d):(\d\d)")
+_MONTH_DAY_TS = LazyPattern(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 
 
 def _launched(incident: Incident) -> tuple[bool, datetime, str] | None:

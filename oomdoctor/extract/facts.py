@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from oomdoctor import units
+from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.extract.normalise import normalise
 from oomdoctor.model import Fact, Line, Scalar
 from oomdoctor.read.scan import Scanner
@@ -23,7 +23,7 @@ REFUSED_SHOWN = 3
 RULE_PATTERN = "pattern:"
 #: A process prefix in the middle of a line: a tqdm bar that lost its `\r` runs straight into the
 #: next record (`... 79.11it/s](EngineCore_DP0 pid=10311) ERROR ...`). The line is split there.
-_EMBEDDED_PREFIX = re.compile(
+_EMBEDDED_PREFIX = LazyPattern(
     r"(?<=[^\s(])(?=\((?:[A-Za-z][\w.\-]*(?: rank=\d+)?) pid=\d+(?:, ip=[^)]*)?\) )"
 )
 
@@ -102,31 +102,33 @@ def _physical(
     return data
 
 
-@dataclass
 class _Stream:
-    rank: str | None = None
-    ts: str | None = None
+    __slots__ = ("rank", "ts")
+
+    def __init__(self, rank: str | None = None, ts: str | None = None) -> None:
+        self.rank = rank
+        self.ts = ts
 
 
-@dataclass
 class Extractor:
-    """Stateful over one run: bare continuation lines inherit the rank of their record."""
+    """Stateful over one run: bare continuation lines inherit the rank of their record.
 
-    matchers: Sequence[Matcher]
-    scanner: Scanner = field(init=False)
-    _by_anchor: dict[str, list[Matcher]] = field(init=False)
-    _streams: dict[tuple[int, int | None], _Stream] = field(init=False, default_factory=dict)
-    #: Seconds each rule pattern may spend matching in this run (None: no limit). The per-line
-    #: timeout stops one catastrophic line; this stops a pattern that is merely slow on every one.
-    pattern_budget: float | None = None
-    _order: dict[int, int] = field(init=False, default_factory=dict)
-    disabled: dict[str, str] = field(init=False, default_factory=dict)  # kind → why
-    _spent: dict[str, float] = field(init=False, default_factory=dict)  # kind → seconds
-    _refused: list[tuple[int, int, str]] = field(init=False, default_factory=list)
-    refused_count: int = field(init=False, default=0)
+    (A plain class, not a dataclass: defining a dataclass costs about half a millisecond of
+    every start.)"""
 
-    def __post_init__(self) -> None:
-        self._by_anchor = {}
+    def __init__(self, matchers: Sequence[Matcher], pattern_budget: float | None = None) -> None:
+        self.matchers = matchers
+        #: Seconds each rule pattern may spend matching in this run (None: no limit). The per-line
+        #: timeout stops one catastrophic line; this stops a pattern that is merely slow on every
+        #: one.
+        self.pattern_budget = pattern_budget
+        self._streams: dict[tuple[int, int | None], _Stream] = {}
+        self._order: dict[int, int] = {}
+        self.disabled: dict[str, str] = {}  # kind → why
+        self._spent: dict[str, float] = {}  # kind → seconds
+        self._refused: list[tuple[int, int, str]] = []
+        self.refused_count = 0
+        self._by_anchor: dict[str, list[Matcher]] = {}
         for index, matcher in enumerate(self.matchers):
             for anchor in matcher.anchors:
                 self._by_anchor.setdefault(anchor, []).append(matcher)

@@ -7,83 +7,83 @@ SGLang Omni, vLLM, Python's default). Outer ones are peeled repeatedly, the inne
 
 from __future__ import annotations
 
-import re
 from types import MappingProxyType
 from typing import NamedTuple
 
+from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.units import integer
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-B]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ANSI = LazyPattern(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-B]")
+_CONTROL = LazyPattern(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 # Outer prefixes, tried in order until none applies.
-_QUOTE = re.compile(r"^[ ]{0,3}>[ ]?")
-_KUBECTL_TS = re.compile(
+_QUOTE = LazyPattern(r"^[ ]{0,3}>[ ]?")
+_KUBECTL_TS = LazyPattern(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}))\s"
 )
-_KUBECTL_PREFIX = re.compile(r"^\[pod/[^\]\s]+\]\s")
-_COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|(?: |$)")
-_RAY = re.compile(r"^\((?P<actor>[\w.\-]+(?: [\w.\-=]+)*?) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
+_KUBECTL_PREFIX = LazyPattern(r"^\[pod/[^\]\s]+\]\s")
+_COMPOSE = LazyPattern(r"^[A-Za-z0-9][\w.-]*\s+\|(?: |$)")
+_RAY = LazyPattern(r"^\((?P<actor>[\w.\-]+(?: [\w.\-=]+)*?) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
 #: torch.distributed's elastic agent prefixes every line of a rank: `[rank0]: `.
-_TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
+_TORCH_RANK = LazyPattern(r"^\[rank(?P<rank>\d+)\]:\s?")
 #: Buildkite and similar CI viewers: `[2026-02-24T20:21:58Z] `.
-_CI_TS = re.compile(r"^\[(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z?)\]\s")
+_CI_TS = LazyPattern(r"^\[(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z?)\]\s")
 #: vLLM worker prefixes name their rank: `(VllmWorker TP1 pid=N)`, `(VllmWorker PP0_TP1 pid=N)`,
 #: `(VllmWorker rank=1 pid=N)`.
-_ACTOR_RANK = re.compile(r"(?<![A-Za-z0-9])(?:(?P<pp>PP\d+)_)?(?P<tp>TP\d+)\b|\brank=(?P<n>\d+)")
-_JOURNALD = re.compile(
+_ACTOR_RANK = LazyPattern(r"(?<![A-Za-z0-9])(?:(?P<pp>PP\d+)_)?(?P<tp>TP\d+)\b|\brank=(?P<n>\d+)")
+_JOURNALD = LazyPattern(
     r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}) \S+ [\w.\-/@]+(?:\[\d+\])?: "
 )
-_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_RAY_REPEAT = LazyPattern(r"\s*\[repeated \d+x across cluster\]\s*$")
 
 # Inner envelopes (the logger's format).
-_SGLANG = re.compile(
+_SGLANG = LazyPattern(
     r"^\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(?P<ms>\d{3}))?"
     r"(?P<tags>(?: (?:[A-Z_]+-?\d+|encode_server|encode_dp_worker\[\d+\]))*)\] ?"
 )
-_SGLANG_TIME = re.compile(  # 0.2.14 - 0.3.2: time only (also what a trimmed paste leaves)
+_SGLANG_TIME = LazyPattern(  # 0.2.14 - 0.3.2: time only (also what a trimmed paste leaves)
     r"^\[(?P<ts>\d{2}:\d{2}:\d{2})(?:\.(?P<ms>\d{3}))?(?P<tags>(?: [A-Z_]+-?\d+)*)\] ?"
 )
-_SGLANG_NOYEAR = re.compile(  # sglang/multimodal_gen: datefmt without the year
+_SGLANG_NOYEAR = LazyPattern(  # sglang/multimodal_gen: datefmt without the year
     r"^\[(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?P<tags>(?: [A-Z_]+-?\d+)*)\] ?"
 )
-_OMNI = re.compile(
+_OMNI = LazyPattern(
     r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(?P<ms>\d{3}) \[(?P<level>[A-Z]+)\] "
     r"(?P<logger>[\w.\-]+): ?"
 )
-_VLLM = re.compile(
+_VLLM = LazyPattern(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
     r"(?:\.\d+)? \[?(?P<src>[\w.\-]+:\d+)\] ?"
 )
-_PYLOG = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.\-]+):")
-_ISO_LEVEL = re.compile(  # generic "2025-01-01 12:00:00[.,]123 LEVEL ..." / "... | LEVEL | ..."
+_PYLOG = LazyPattern(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.\-]+):")
+_ISO_LEVEL = LazyPattern(  # generic "2025-01-01 12:00:00[.,]123 LEVEL ..." / "... | LEVEL | ..."
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)\s*(?:\|\s*)?"
     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s*(?:\|\s*)?(?:[\w.\-]+:\d+\s*(?:-\s*)?)?"
     r"(?:(?:stdout|stderr)\s*\|\s*)?"  # FastChat: `... | ERROR | stderr | `
 )
 #: `2026-05-20 00:55:15,994 xinference.core.worker 155 ERROR    msg` (logger, pid, level).
-_ISO_LOGGER = re.compile(
+_ISO_LOGGER = LazyPattern(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?) (?P<logger>[A-Za-z_][\w.\-]*)"
     r"(?: \d+)? (?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
 )
 #: c10's C++ logger (pytorch-oom.md §5.5), after any `[rankN]:`: `[W812 16:00:28.64 file.cpp:N] `.
-_TORCH_CPP = re.compile(
+_TORCH_CPP = LazyPattern(
     r"^\[(?P<sev>[IWEF])(?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)? (?P<src>[\w.\-]+:\d+)\] ?"
 )
 #: Python's glog-style torch logging: `W1223 23:34:22.775000 1116 torch/utils/x.py:2425] `.
-_GLOG = re.compile(r"^(?P<sev>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ (?P<src>[\w./\-]+:\d+)\] ?")
+_GLOG = LazyPattern(r"^(?P<sev>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ (?P<src>[\w./\-]+:\d+)\] ?")
 #: torch_npu's error trailer: `[ERROR] 2026-01-07-02:38:42 (PID:1, Device:0, RankID:-1) `.
-_ASCEND = re.compile(
+_ASCEND = LazyPattern(
     r"^\[(?P<level>ERROR|WARN|WARNING|INFO|DEBUG|EVENT)\] (?P<ts>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})"
     r" \(PID:\d+, Device:-?\d+, RankID:(?P<rank>-?\d+)\) "
 )
 #: A vLLM header whose start was cut off in a paste: `[multiproc_executor.py:492] msg`.
-_VLLM_CUT = re.compile(r"^\[(?P<src>[\w.\-]+\.py:\d+)\] ")
+_VLLM_CUT = LazyPattern(r"^\[(?P<src>[\w.\-]+\.py:\d+)\] ")
 _LEVELS = MappingProxyType({"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"})
 #: Loggers that make an Omni-format line an SGLang (Omni) line.
 _SGLANG_LOGGERS = ("sglang_omni", "stage_workers", "sglang.")
-_TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(-?\d+)")
-_DIGITS = re.compile(r"-?\d+")
+_TAG = LazyPattern(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(-?\d+)")
+_DIGITS = LazyPattern(r"-?\d+")
 
 
 class Envelope(NamedTuple):
@@ -247,10 +247,12 @@ def _inner(text: str, outer: _Outer) -> Envelope:
                 logger=m.groupdict().get("logger"),
             )
     elif first in "DIWECF":
-        m = _VLLM.match(text) or _PYLOG.match(text)
-        style = "pylog"
-        if m is not None and m.re is _VLLM:
+        m = _VLLM.match(text)
+        if m is not None:
             style = "vllm" if "[" in text[: m.end()] else "vllm-old"
+        else:
+            m = _PYLOG.match(text)
+            style = "pylog"
         if m is None:
             m = _GLOG.match(text)
             style = "glog"

@@ -7,13 +7,12 @@ SGLang Omni's stage processes log as `stage_workers.<stage>` (its other modules 
 
 from __future__ import annotations
 
-import re
-
+from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.model import Line
 
-_LOGGER = re.compile(r"(?:^|\.)stage_workers\.(?P<stage>[\w-]+)$")
-_ACTOR = re.compile(r"StageEngineCoreProc_(?P<stage>stage\d+)")
-_PREFIX = re.compile(r"^\[Stage-(?P<stage>\d+)\]")
+_LOGGER = LazyPattern(r"(?:^|\.)stage_workers\.(?P<stage>[\w-]+)$")
+_ACTOR = LazyPattern(r"StageEngineCoreProc_(?P<stage>stage\d+)")
+_PREFIX = LazyPattern(r"^\[Stage-(?P<stage>\d+)\]")
 
 
 def line_stage(line: Line) -> str | None:

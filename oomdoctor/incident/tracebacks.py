@@ -9,7 +9,6 @@ the message was pasted first) is handed back by `close_cut` for the assembler to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from oomdoctor.model import Frame, Line
@@ -26,21 +25,40 @@ MESSAGE_FIRST_LINES = 4
 OPENER_LINES = 2
 
 
-@dataclass
 class Stream:
-    frames: list[Frame] = field(default_factory=list)
-    open: bool = False  # a traceback is being read
-    header: bool = False  # ... and its header was seen
-    opener: Line | None = None  # the wrapper line that introduced it
-    first_frame: int = -1  # line number of its first frame
-    frame_line: int = -1  # line number of the last frame (its code line follows)
-    last_line: Line | None = None  # the previous line of this stream that was not a frame
-    warmup: bool = False
-    capture_failed: bool = False
-    open_oom: FailureBuilder | None = None
-    oom_parts: list[str] = field(default_factory=list)
-    open_oom_line: int = 0
-    last_failure: FailureBuilder | None = None
+    """What one source and process prefix is reading now. (A plain class, not a dataclass:
+    defining a dataclass costs most of a millisecond of every start.)"""
+
+    __slots__ = (
+        "capture_failed",
+        "first_frame",
+        "frame_line",
+        "frames",
+        "header",
+        "last_failure",
+        "last_line",
+        "oom_parts",
+        "open",
+        "open_oom",
+        "open_oom_line",
+        "opener",
+        "warmup",
+    )
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.open = False  # a traceback is being read
+        self.header = False  # ... and its header was seen
+        self.opener: Line | None = None  # the wrapper line that introduced it
+        self.first_frame = -1  # line number of its first frame
+        self.frame_line = -1  # line number of the last frame (its code line follows)
+        self.last_line: Line | None = None  # the previous line of this stream that was not a frame
+        self.warmup = False
+        self.capture_failed = False
+        self.open_oom: FailureBuilder | None = None
+        self.oom_parts: list[str] = []
+        self.open_oom_line = 0
+        self.last_failure: FailureBuilder | None = None
 
     def start(self, header: Line | None) -> None:
         """A traceback header: the wrapper is on the header line itself or just above it."""

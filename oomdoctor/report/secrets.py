@@ -19,6 +19,8 @@ from collections import Counter
 from types import MappingProxyType
 from typing import NamedTuple
 
+from oomdoctor.extract.lazy import LazyPattern
+
 MASK = "<redacted>"
 #: How far past its limit a cut may move to keep a secret whole (else it stops before it).
 CUT_SLACK = 200
@@ -57,7 +59,7 @@ _WORDS = r"(?:[a-z0-9]+_)*"
 #: Keys are normalised to lower-case words joined by ``_`` (``X-Amz-Signature`` →
 #: ``x_amz_signature``, ``apiKey`` → ``api_key``).
 KEY_SHAPES = tuple(
-    (re.compile(pattern), policy)
+    (LazyPattern(pattern), policy)
     for pattern, policy in (
         # a path, a name, a size, a count or a mode of a secret is not the secret
         (
@@ -206,10 +208,10 @@ def key_policy(key: str) -> Policy | None:
     return None
 
 
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-_WORD = re.compile(r"[A-Za-z]{1,12}")
-_TOKENISH = re.compile(_TOKEN_CHARS + r"+")
-_PIECES = re.compile(r"[/\-._:]+")
+_NUMBER = LazyPattern(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_WORD = LazyPattern(r"[A-Za-z]{1,12}")
+_TOKENISH = LazyPattern(_TOKEN_CHARS + r"+")
+_PIECES = LazyPattern(r"[/\-._:]+")
 
 
 def _classes(s: str) -> int:
@@ -283,8 +285,8 @@ def _judge(shape: Shape, m: re.Match[str], line: str) -> tuple[int, int] | None:
     return (vs, ve) if ve > vs else None
 
 
-_CONTINUATION = re.compile(rf"[ \t]*(?P<value>{_TOKEN_CHARS}{{4,}})(?P<end>['\"]?[ \t\r]*$)?")
-_PLAIN_WORD = re.compile(r"[A-Z]?[a-z]{1,15}")
+_CONTINUATION = LazyPattern(rf"[ \t]*(?P<value>{_TOKEN_CHARS}{{4,}})(?P<end>['\"]?[ \t\r]*$)?")
+_PLAIN_WORD = LazyPattern(r"[A-Z]?[a-z]{1,15}")
 
 
 def _continuation(line: str) -> tuple[int, int] | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.budget import as_sglang
 from oomdoctor.budget.costs import start_gap, start_gap_explains
+from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.incident import sites
 from oomdoctor.knowledge import family
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar, VllmBudget
@@ -28,7 +29,7 @@ RL_STACK = frozenset({"verl", "slime", "openrlhf", "torch_memory_saver"})
 #: Engines whose stages are separate processes sharing GPUs by design.
 PIPELINE_ENGINES = frozenset({"sglang-omni", "vllm-omni"})
 
-_ENCODER_STAGE = re.compile(
+_ENCODER_STAGE = LazyPattern(
     r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
 )
 
@@ -334,7 +335,7 @@ def _gpu_features(
 
 
 #: Frames and texts of vLLM's startup profile run (the dummy forward that sizes the KV cache).
-_PROFILE_RUN = re.compile(
+_PROFILE_RUN = LazyPattern(
     r"determine_num_available_blocks|determine_available_memory|profile_run|_dummy_run"
     r"|_dummy_sampler_run|profile_num_available_blocks"
 )

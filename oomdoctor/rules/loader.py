@@ -147,8 +147,10 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             err(f'[docs] needs "{key}" (a non-empty list of strings)', key, "docs")
 
-    headers = [i + 1 for i, ln in enumerate(text.splitlines()) if _PATTERNS_HEADER.match(ln)]
-    places = [f"{path}:{n}" for n in headers] or [f"{path}:{_line_of(text, 'patterns')}"]
+    places: list[str] = []  # where each [[patterns]] entry is: only read when there are some
+    if "patterns" in data:
+        headers = [i + 1 for i, ln in enumerate(text.splitlines()) if _PATTERNS_HEADER.match(ln)]
+        places = [f"{path}:{n}" for n in headers] or [f"{path}:{_line_of(text, 'patterns')}"]
     patterns = _patterns(data.get("patterns", []), rid, err, places)
     pattern_names = {f"pattern.{p.rule}.{p.name}" for p in patterns}
     when = data.get("when")
@@ -336,8 +338,8 @@ def _toml_type(value: object) -> str:
 
 def _joined(base: Path, relative: str) -> Path:
     """``base/relative`` with ``..`` folded, without touching the disk (every run loads the rules;
-    only ``rules test`` opens the fixtures)."""
-    return Path(os.path.normpath(base / relative))
+    only ``rules test`` opens the fixtures): joined as strings, so one Path is made, not two."""
+    return Path(os.path.normpath(os.path.join(base, relative)))  # noqa: PTH118
 
 
 def _fixture_paths(rule_path: Path, raw: Any, key: str, err: Any) -> tuple[FixtureRef, ...]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import cached_property
 
 from oomdoctor.model import Scalar
@@ -30,22 +29,32 @@ def groups(match: re.Match[str]) -> dict[str, Scalar]:
     return {k: convert(v) for k, v in match.groupdict().items()}
 
 
-@dataclass(frozen=True)
 class Signature:
     """How one kind of fact is recognised.
 
     ``anchors`` are literal substrings; a line is only matched against ``pattern`` when it
     contains one of them, which lets one fast scan find every candidate line of a large log.
     ``build`` turns the match into the fact's data; returning None rejects the match. The regex
-    is compiled the first time an anchor hits (most never do, and start-up time matters).
+    is compiled the first time an anchor hits (most never do, and start-up time matters). A
+    plain class, not a frozen dataclass, for the same reason: defining one costs most of a
+    millisecond. Signatures are not changed once made.
     """
 
-    kind: str
-    anchors: tuple[str, ...]
-    source: str
-    flags: int = 0
-    build: Builder = groups
-    description: str = ""
+    def __init__(
+        self,
+        kind: str,
+        anchors: tuple[str, ...],
+        source: str,
+        flags: int = 0,
+        build: Builder = groups,
+        description: str = "",
+    ) -> None:
+        self.kind = kind
+        self.anchors = anchors
+        self.source = source
+        self.flags = flags
+        self.build = build
+        self.description = description
 
     @cached_property
     def pattern(self) -> re.Pattern[str]:

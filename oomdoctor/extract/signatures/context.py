@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.extract.signatures.base import Signature, convert, sig
 from oomdoctor.model import Scalar
 
@@ -19,7 +20,7 @@ def _stats(m: re.Match[str]) -> dict[str, Scalar]:
     return data
 
 
-_KV = re.compile(r"(\w+)=(\S+)")
+_KV = LazyPattern(r"(\w+)=(\S+)")
 
 
 def _key_values(m: re.Match[str]) -> dict[str, Scalar]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.extract.signatures.base import Signature, convert, groups, sig
 from oomdoctor.model import Scalar
 from oomdoctor.units import integer, number
@@ -25,7 +26,7 @@ def _preemption(m: re.Match[str]) -> dict[str, Scalar]:
     return {"n": 1, "mode": m.group("mode"), "total": integer(total)}
 
 
-_PAIR = re.compile(r"(\w+)=([\d.]+)Gi[Bb]")  # 0.6.4 prints one of them as `Gib`
+_PAIR = LazyPattern(r"(\w+)=([\d.]+)Gi[Bb]")  # 0.6.4 prints one of them as `Gib`
 
 
 def _profile_results(m: re.Match[str]) -> dict[str, Scalar]:
