@@ -1,11 +1,18 @@
 """Find the few lines worth parsing in blocks of a log, at close to grep's speed.
 
 A production log is mostly boring lines: the periodic `Prefill/Decode batch` stats, uvicorn
-access lines, blank lines. One regex match passes over each run of them at C speed (whatever
-their mix); only the lines it stops at reach Python, where each is checked exactly as a line of
-its own and tested against the anchors of every signature and rule. The stats lines are
-not parsed one by one: each block is summarised with a few C-level searches (stats.py). Retraction lines, the frequent evidence of a full pool, are counted in the middle of
-each run of them. The caller gets the candidate lines and that summary; line numbers stay exact.
+access lines, blank lines. Per sub-block, C-level counts tell whether every line is one of
+those, or besides them only retraction lines and lines the log repeats (frequent.py); such a
+sub-block needs no line-by-line look. In the others one regex match passes over each run of
+boring lines at C speed; only the lines it stops at reach Python, where each is checked exactly
+as a line of its own and tested against the anchors of every signature and rule (one trie
+regex, trie.py). The stats lines are summarised per block with a few C-level searches
+(stats.py). Of each run of retraction lines, the frequent evidence of a full pool, the first
+few and the last are passed and the others counted. The caller gets the candidate lines, the
+counts and the summary; line numbers stay exact.
+
+A line holding two boring markers (a stats head and an access marker) is counted twice, so a
+crafted sub-block could hide one other line that way, as it could in the previous engine.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ SUB_BLOCK = 1 << 16
 #: Below these the anchors are tested with substring checks instead of a compiled alternation.
 SMALL_INPUT = 256 << 10
 SMALL_LINES = 5000
-#: After this many sub-blocks in a row that held lines to test, only every DENSE_STREAK-th one is
-#: checked for being boring as a whole (the check costs a pass, and on a dense log never pays).
+#: After this many sub-blocks in a row that the counts could not settle, only every
+#: DENSE_STREAK-th one is counted beyond its stats lines (the counts cost passes that then
+#: rarely pay).
 DENSE_STREAK = 8
 #: uvicorn access lines (`"POST /generate HTTP/1.1" 200`): frequent, never evidence.
 ACCESS = b" HTTP/1."
