@@ -77,11 +77,12 @@ class Frequent:
         kinds: Sequence[bytes],
         left: int,
         search: Callable[[bytes], object],
-    ) -> list[tuple[int, bytes, int]] | None:
+    ) -> list[tuple[int, int, int]] | None:
         """The retraction lines between start and end, in order, when every line there that is
         not stats or access (``left`` of them) is a retraction or a learned line; else None.
-        Each comes with its #retracted_reqs where it is SGLang's line in SGLang's envelope
-        (else -1: a line holding the marker, to be tested as any other)."""
+        Each is (line start, line end, #retracted_reqs) where it is SGLang's line in SGLang's
+        envelope, #retracted_reqs -1 for another line holding the marker (to be tested as any
+        other line)."""
         total = 0
         counts = []
         for kind in kinds:
@@ -91,35 +92,59 @@ class Frequent:
                 return None
         if total != left:
             return None
-        retractions: list[tuple[int, bytes, int]] = []
+        retractions: list[tuple[int, int, int]] = []
         for kind, count in zip(kinds, counts, strict=True):
-            found = 0
-            for at, line in _lines_with(block, start, end, kind):
-                found += 1
-                if kind is RETRACT_MARK:
-                    m = _RETRACTION_LINE.fullmatch(line)
-                    if m is not None:
-                        retractions.append((at, line, int(m[1])))
-                    elif self._only(line, kind):
-                        retractions.append((at, line, -1))
-                    else:
-                        return None
-                elif not self._is(line, kind, search):
-                    return None
-            if found != count:  # two in one line
+            if not count:
+                continue
+            if kind is RETRACT_MARK:
+                found = self._retractions(block, start, end, retractions)
+            else:
+                found = self._learned(block, start, end, kind, search)
+            if found != count:  # a line that is not what it was counted as, or two in one line
                 return None
         return retractions
+
+    def _retractions(
+        self, block: bytes, start: int, end: int, out: list[tuple[int, int, int]]
+    ) -> int:
+        """Add the retraction lines to ``out``; how many lines hold the marker (-1: a line that
+        holds another counted marker too)."""
+        find, full = block.find, _RETRACTION_LINE.fullmatch
+        found = 0
+        at = find(RETRACT_MARK, start, end)
+        while at >= 0:
+            first = block.rfind(b"\n", start, at) + 1 or start
+            last = find(b"\n", at, end)
+            last = end if last < 0 else last
+            m = full(block, first, last)
+            if m is not None:
+                out.append((first, last, int(m[1])))
+            elif self._only(block[first:last], RETRACT_MARK):
+                out.append((first, last, -1))
+            else:
+                return -1
+            found += 1
+            at = find(RETRACT_MARK, last, end)
+        return found
+
+    def _learned(
+        self, block: bytes, start: int, end: int, text: bytes, search: Callable[[bytes], object]
+    ) -> int:
+        """How many lines hold the learned text (-1: one that is not the text in SGLang's
+        envelope, or has an anchor in that envelope)."""
+        found = 0
+        for _, line in _lines_with(block, start, end, text):
+            m = ENVELOPE.match(line)
+            if m is None or line[m.end() :] != text or search(line[: m.end()]):
+                return -1
+            found += 1
+        return found
 
     def _only(self, line: bytes, kind: bytes) -> bool:
         """The line holds this counted marker once and no other (it was counted once)."""
         return line.count(kind) == 1 and not any(
             k in line for k in (*self.boring, RETRACT_MARK, *self.quiet) if k is not kind
         )
-
-    def _is(self, line: bytes, text: bytes, search: Callable[[bytes], object]) -> bool:
-        """The line is the learned text in SGLang's envelope, and the envelope has no anchor."""
-        m = ENVELOPE.match(line)
-        return m is not None and line[m.end() :] == text and not search(line[: m.end()])
 
 
 def _lines_with(block: bytes, start: int, end: int, kind: bytes) -> Iterator[tuple[int, bytes]]:

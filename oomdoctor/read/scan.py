@@ -93,10 +93,10 @@ class _Cursor:
     def __init__(self) -> None:
         self.offset = 0
         self.index = 0
-        #: the run of retraction lines held back: (index, byte offset, line, #retracted_reqs,
+        #: the run of retraction lines held back: (index, line start, line end, #retracted_reqs,
         #: offset and index of a known line start before it). Past the first RETRACTIONS_KEPT
         #: the index is -1 until needed: only the run's last one is passed.
-        self.run: list[tuple[int, int, bytes, int, int, int]] = []
+        self.run: list[tuple[int, int, int, int, int, int]] = []
         self.counted: list[Counted] = []
 
     def index_of(self, block: bytes, start: int) -> int:
@@ -217,13 +217,13 @@ class Scanner:
             self._misses += 1
             return False
         self._misses = 0
-        for at, line, requests in found:
+        for at, stop, requests in found:
             if (
                 requests < 0
                 or not self._retractions_held
-                or not self._hold(block, at, line, requests, search, cursor)
+                or not self._hold(block, at, stop, requests, search, cursor)
             ):
-                self._test(block, at, line, search, candidates, cursor)
+                self._test(block, at, block[at:stop], search, candidates, cursor)
         return True
 
     def _close_run(self, block: bytes, candidates: dict[int, bytes], cursor: _Cursor) -> None:
@@ -242,8 +242,8 @@ class Scanner:
             middle = run[RETRACTIONS_KEPT:-1]
             cursor.counted.append(Counted(last[0], len(middle), sum(r[3] for r in middle)))
             run = [*run[:RETRACTIONS_KEPT], last]
-        for index, _, line, *_ in run:
-            candidates[index] = line
+        for index, start, stop, *_ in run:
+            candidates[index] = block[start:stop]
         cursor.run = []
 
     def _skipper(self) -> re.Pattern[bytes]:
@@ -302,7 +302,9 @@ class Scanner:
             return
         if self._retractions_thin:
             m = RETRACTION.fullmatch(line)
-            if m is not None and self._hold(block, start, line, int(m[1]), search, cursor):
+            if m is not None and self._hold(
+                block, start, start + len(line), int(m[1]), search, cursor
+            ):
                 return
         self._close_run(block, candidates, cursor)
         self._add(block, start, cursor.index_of(block, start), line, candidates)
@@ -311,20 +313,24 @@ class Scanner:
         self,
         block: bytes,
         start: int,
-        line: bytes,
+        stop: int,
         requests: int,
         search: Callable[[bytes], object],
         cursor: _Cursor,
     ) -> bool:
-        """Hold a retraction line back in the current run, unless its envelope has an anchor
-        (another matcher may want it: it is then tested as any other line)."""
-        if search(line[: line.find(b"KV cache pool")]):
+        """Hold the retraction line between start and stop back in the current run, unless its
+        envelope has an anchor (another matcher may want it: it is then tested as any other
+        line)."""
+        head = block.find(b"KV cache pool", start, stop)
+        if head > start and (
+            self._regex.search(block, start, head) if self._regex else search(block[start:head])
+        ):
             return False
         run = cursor.run
         if len(run) < RETRACTIONS_KEPT:
-            run.append((cursor.index_of(block, start), start, line, requests, 0, 0))
+            run.append((cursor.index_of(block, start), start, stop, requests, 0, 0))
         else:
-            run.append((-1, start, line, requests, cursor.offset, cursor.index))
+            run.append((-1, start, stop, requests, cursor.offset, cursor.index))
         return True
 
     def _add(

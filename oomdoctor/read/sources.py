@@ -277,18 +277,19 @@ def iter_blocks(
                 continue
             chunk = chunk[nl + 1 :]
             skipping = False
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n")
+        # The carry never holds a newline: the block ends at the chunk's last one. Joining the
+        # carry to the chunk's head (not the whole chunk, then cutting) copies the block once.
+        cut = chunk.rfind(b"\n")
         if cut < 0:
-            if len(data) > max_line:
+            carry += chunk
+            if len(carry) > max_line:
                 stats.cut_lines += 1
-                yield data[:max_line] + b"\n"
+                yield carry[:max_line] + b"\n"
                 carry = b""
                 skipping = True
-            else:
-                carry = data
             continue
-        block, carry = data[: cut + 1], data[cut + 1 :]
+        head = chunk[: cut + 1]  # the chunk itself when it ends with a newline
+        block, carry = (carry + head if carry else head), chunk[cut + 1 :]
         if len(carry) > max_line:
             stats.cut_lines += 1
             block += carry[:max_line] + b"\n"
