@@ -28,7 +28,11 @@ report and plain `diagnose` (live GPU state) on a 100-line generated log against
 `python -c "import click, rich.console"`, same interpreter, bytecode caches warm.
 
 Usage: python bench/run.py [--variants sparse,dense] [--sizes 10M,100M,512M] [--blank 50M]
-                           [--reps 5] [--startup-reps 21]
+                           [--reps 5] [--startup-reps 21] [--compiled]
+
+``--compiled`` also runs bench/compiled.py (a Hyperscan-based scan against the shipped one, on
+128 MB logs; needs ``pip install hyperscan``).
+
 Exit status 1 if a target (issue 15) is missed (so a CI job could run it; the test suite does not).
 """
 
@@ -308,6 +312,11 @@ def main() -> int:
     parser.add_argument("--blank", default="50M", help="size of the blank-line log ('' skips)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--startup-reps", type=int, default=21)
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also run bench/compiled.py: Hyperscan against the shipped scanner (needs hyperscan)",
+    )
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     anchors = OUT / "anchors.txt"
@@ -373,6 +382,16 @@ def main() -> int:
                     mine[-1].rss_mib <= 1.2 * mine[0].rss_mib,
                 )
             )
+    for v in {r.variant for r in served}:
+        big = sorted((r for r in served if r.variant == v and r.mb >= 100), key=lambda r: r.mb)
+        if len(big) > 1:  # below ~100 MB the start-up is most of the time
+            a, b = big[-2], big[-1]
+            checks.append(
+                (
+                    f"{v}: time linear in size ({a.size} -> {b.size}: within 25%)",
+                    b.oomdoctor_s / a.oomdoctor_s <= 1.25 * b.mb / a.mb,
+                )
+            )
     # The target is on the benchmark's own command (json, no GPU); the text report adds rich's
     # rendering (~5 ms) and is printed above for comparison, not checked.
     checks.append(("start-up (json) ≤ 2 × import", start["json"] <= 2 * start["import"]))
@@ -386,6 +405,10 @@ def main() -> int:
         print("  NOTE  the machine was busy for rows marked (busy): their times are not the tool's")
     for name, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    if args.compiled:  # item 4 of issue 15: one compiled option, measured beside the engine
+        print()
+        sys.stdout.flush()
+        subprocess.run([sys.executable, str(HERE / "compiled.py")], check=False, env=child_env())
     return 0 if all(ok for _, ok in checks) else 1
 
 
