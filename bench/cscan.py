@@ -26,7 +26,7 @@ parent), also with the CPU the real run spends beyond those parts added to the w
 The C file is compiled on the fly into bench/out/ (git-ignored): gcc must be installed.
 
 Usage: python bench/cscan.py [--reps 3] [LOG ...] [--estimate [LOG512 ...]]
-       (default logs: /tmp/b/sparse128.log and /tmp/b/dense128.log)
+       (default logs: a 128M sparse and a 128M dense log, generated as bench/compiled.py does)
 """
 
 from __future__ import annotations
@@ -55,8 +55,6 @@ OUT = HERE / "out"
 MIB = 1 << 20
 STARTUP_S = 0.15  # oomdoctor's start-up (bench/run.py measures it)
 CORES = 2
-DEFAULT_LOGS = [Path("/tmp/b/sparse128.log"), Path("/tmp/b/dense128.log")]
-DEFAULT_512 = [OUT / f"sglang-{v}-512M-a0685dc65a.log" for v in ("sparse", "dense")]
 
 
 class Result(ctypes.Structure):
@@ -259,14 +257,17 @@ def table(header: list[str], rows: list[list[str]]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("logs", nargs="*", type=Path, help="logs (default: /tmp/b/*128.log)")
+    parser.add_argument("logs", nargs="*", type=Path, help="logs (default: generated 128M)")
     parser.add_argument("--reps", type=int, default=3, help="runs of each, best kept")
     parser.add_argument("--estimate", nargs="*", type=Path, help="512 MiB logs to model a run of")
     args = parser.parse_args(argv)
     reps = max(1, args.reps)
     cscan = build("cscan.so")
     memmem = build("cscan-memmem.so", "-DCSCAN_MEMMEM")
-    measured = [measure(p, reps, cscan, memmem) for p in args.logs or DEFAULT_LOGS]
+    from compiled import generated  # bench/compiled.py: the same cached 128M logs
+
+    logs = args.logs or [generated("sparse"), generated("dense")]
+    measured = [measure(p, reps, cscan, memmem) for p in logs]
     header = ["log", "size", "read", "shipped scan", "C pass", "speed-up", "C newlines only"]
     table([*header, "C with memmem", "counts equal"], [row for row, _ in measured])
     print()
@@ -278,7 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         header = ["log", "parent extraction", "workers: read + shipped scan"]
         header += ["workers: read + C pass", "oomdoctor now (wall)", "unexplained cpu"]
         header += ["model with C", "model with C + unexplained", "simple grep (wall)"]
-        table(header, [estimate(p, reps, cscan) for p in args.estimate or DEFAULT_512])
+        big = args.estimate or [generated(v, "512M") for v in ("sparse", "dense")]
+        table(header, [estimate(p, reps, cscan) for p in big])
         print()
         print(
             f"CPU seconds best of {reps}; walls (and their child CPU) median of 3. model = "
