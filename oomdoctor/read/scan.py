@@ -11,8 +11,10 @@ regex, trie.py). The stats lines are summarised per block with a few C-level sea
 few and the last are passed and the others counted. The caller gets the candidate lines, the
 counts and the summary; line numbers stay exact.
 
-A line holding two boring markers (a stats head and an access marker) is counted twice, so a
-crafted sub-block could hide one other line that way, as it could in the previous engine.
+A line holding two boring markers (a stats head and an access marker) is counted twice. The
+previous engine could then miss one other line of the sub-block; here the same holds, and in a
+sub-block that also has retraction or learned lines the missed line can be any one of its other
+lines. Only a crafted log has such lines.
 """
 
 from __future__ import annotations
