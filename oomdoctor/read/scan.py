@@ -171,7 +171,7 @@ class Scanner:
             p, d = block.count(STATS_HEADS[0], pos, end), block.count(STATS_HEADS[1], pos, end)
             cursor.known(pos, newlines)
             newlines, prefill, decode = newlines + lines, prefill + p, decode + d
-            if lines < end - pos and block[end - 1] != 10:  # a last line without its newline
+            if block[end - 1] != 10:  # a last line without its newline
                 lines += 1
             if not self._settled(block, pos, end, lines, p + d, search, candidates, cursor):
                 if self._regex is None:
