@@ -23,7 +23,7 @@ from oomdoctor.incident.feed import Feeder
 from oomdoctor.knowledge import Knowledge, builtin, family
 from oomdoctor.model import Budget, Failure, Incident, Line
 from oomdoctor.read import parallel
-from oomdoctor.read.sources import ReadStats, iter_blocks, open_source, plain_file, read_notices
+from oomdoctor.read.sources import ReadStats, iter_blocks, open_source, read_notices
 from oomdoctor.read.sources import label as source_label
 from oomdoctor.rules import engine, features, schema, verdict
 from oomdoctor.rules.loader import load
@@ -88,7 +88,7 @@ def read(
             stats = ReadStats(label)
             scans = (
                 parallel.scan_file(Path(name), extractor.scanner, stats, progress)
-                if (name != "-" and parallel.usable(Path(name)) and plain_file(Path(name)))
+                if name != "-" and parallel.usable(Path(name))
                 else None
             )
             if scans is None:

@@ -28,9 +28,7 @@ class Stats(Protocol):
     """The fields of read/sources.ReadStats this module fills."""
 
     name: str
-    gzip: bool
     gzip_truncated: bool
-    utf16: bool
     compression: str | None
     truncated: bool
     encoding: str | None
@@ -234,7 +232,7 @@ class Decoder:
         make = _gunzip if fmt.opener is None else fmt.opener()
         if make is None:
             raise InputError(refusal(head, self._stats.name) or f"{fmt.name} input")
-        self._zlib = self._stats.gzip = fmt.opener is None
+        self._zlib = fmt.opener is None
         self._stats.compression = fmt.name
         self._make = make
         self._unpack = make()
@@ -293,7 +291,6 @@ class Decoder:
             encoding = text_encoding(data)
             if encoding is not None:
                 self._stats.encoding = encoding.upper()
-                self._stats.utf16 = encoding.startswith("utf-16")
                 self._text = codecs.getincrementaldecoder(encoding)(errors="replace")
         if self._text is None:
             if data:

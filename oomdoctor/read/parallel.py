@@ -14,9 +14,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from oomdoctor.read.decode import needs_decoding
 from oomdoctor.read.scan import BlockScan, Scanner
-from oomdoctor.read.sources import BLOCK_SIZE, ReadStats, Window, iter_blocks, merge_stats
+from oomdoctor.read.sources import (
+    BLOCK_SIZE,
+    ReadStats,
+    Window,
+    iter_blocks,
+    merge_stats,
+    plain_file,
+)
 
 PARALLEL_MIN_BYTES = 64 << 20
 CHUNK = 16 << 20
@@ -27,14 +33,13 @@ _scanner: Scanner | None = None  # set in the parent before forking; workers inh
 
 
 def usable(path: Path) -> bool:
-    """A big regular plain file, more than one core, and fork."""
+    """A big regular plain file (sources.plain_file), more than one core, and fork."""
     try:
         if not path.is_file() or path.stat().st_size < PARALLEL_MIN_BYTES:
             return False
-        with path.open("rb") as fh:
-            if needs_decoding(fh.read(8)):  # compressed or UTF-16/32: the sequential reader
-                return False
     except OSError:
+        return False
+    if not plain_file(path):  # compressed or UTF-16/32: the sequential reader decodes it
         return False
     import multiprocessing
 

@@ -54,9 +54,7 @@ class ReadStats:
     bytes_read: int = 0
     lines: int = 0  # set by whoever scans the blocks (the reader does not count them)
     cut_lines: int = 0
-    gzip: bool = False
     gzip_truncated: bool = False
-    utf16: bool = False
     read_error: str | None = None
     compression: str | None = None  # "gzip", "bzip2", "xz", "zstd"
     truncated: bool = False  # the compressed stream ends before its end mark
