@@ -267,6 +267,19 @@ def test_one_empty_input_among_others_is_a_notice(tmp_path: Path, content: bytes
     assert f"{empty}: the input is empty" in out
 
 
+def test_an_empty_input_with_an_undecodable_name_is_noticed_once(tmp_path: Path) -> None:
+    """The notice names the file as every report does (``\\xff``), so the CLI finds the
+    pipeline's own notice instead of adding a second one under the raw name."""
+    empty = Path(os.fsdecode(bytes(tmp_path) + b"/rank1-\xff.log"))
+    empty.write_bytes(b"")
+    code, out, err = run("diagnose", str(Y070), str(empty), "--no-gpu", "--format", "json")
+    assert code == 1 and err == ""
+    notices = json.loads(out)["notices"]
+    assert [n for n in notices if "the input is empty" in n] == [
+        f"{tmp_path}/rank1-\\xff.log: the input is empty"
+    ]
+
+
 # -- several files, different incidents -------------------------------------------------------
 
 

@@ -140,7 +140,7 @@ def diagnose(
     from oomdoctor import pipeline
     from oomdoctor.cli import inputs
     from oomdoctor.model import OOM_CATEGORIES
-    from oomdoctor.read.sources import InputError
+    from oomdoctor.read.sources import EMPTY_NOTICE, InputError, label
 
     if follow:
         _follow(
@@ -197,7 +197,7 @@ def diagnose(
     if len(empty) == len(names):
         fail(inputs.empty_message(empty))
     for name in empty:  # a 0-byte input has the pipeline's notice already
-        notice = inputs.EMPTY_NOTICE.format(label=inputs.label(name))
+        notice = EMPTY_NOTICE.format(label=label(name))
         if notice not in diagnosis.notices:
             notices.append(notice)
     if notices:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.knowledge import family
+from oomdoctor.read.sources import EMPTY_NOTICE, label
 
 if TYPE_CHECKING:
     from oomdoctor.model import Incident
@@ -27,8 +28,6 @@ HEAD_BYTES = 1 << 20
 #: Launches further apart than this are different launches: the ranks (and nodes) of one server
 #: print their server_args within seconds or minutes of each other.
 LAUNCH_GAP_S = 3600.0
-#: What the pipeline's notice says about a 0-byte input (pipeline._read_notices).
-EMPTY_NOTICE = "{label}: the input is empty"
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -131,11 +130,6 @@ def empty_inputs(
         return surveyed is not None and surveyed.blank
 
     return [n for n, s in zip(names, surveys, strict=True) if empty(n, s)]
-
-
-def label(name: str) -> str:
-    """How the report names an input."""
-    return "<stdin>" if name == "-" else name
 
 
 def empty_message(empty: Sequence[str]) -> str:

@@ -30,8 +30,11 @@ class _Readable(Protocol):
 
 
 MAX_LINE = 1 << 20
+#: The notice for an input of 0 bytes (the CLI tells empty inputs by it).
+EMPTY_NOTICE = "{label}: the input is empty"
 __all__ = [
     "BLOCK_SIZE",
+    "EMPTY_NOTICE",
     "MAX_LINE",
     "Budget",
     "InputError",
@@ -303,7 +306,7 @@ def read_notices(stats: ReadStats) -> list[str]:
     out = []
     name = stats.name
     if stats.bytes_read == 0 and not stats.read_error and stats.budget_stop is None:
-        out.append(f"{name}: the input is empty")
+        out.append(EMPTY_NOTICE.format(label=name))
     if stats.cut_lines:
         out.append(f"{name}: {stats.cut_lines} line(s) longer than 1 MiB were cut")
     if stats.gzip_truncated:
