@@ -7,7 +7,9 @@ modules never import this one, so there is no import cycle.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -55,18 +57,22 @@ class _Group(click.Group):
         parent: click.Context | None = None,
         **extra: Any,
     ) -> click.Context:
-        try:  # --help and --version print here
+        with _quiet_pipe():  # --help and --version print here
             return super().make_context(info_name, args, parent, **extra)
-        except BrokenPipeError:
-            silence(sys.stdout)
-            raise click.exceptions.Exit(EXIT_OK) from None
 
     def invoke(self, ctx: click.Context) -> object:
-        try:
+        with _quiet_pipe():
             return super().invoke(ctx)
-        except BrokenPipeError:
-            silence(sys.stdout)
-            raise click.exceptions.Exit(EXIT_OK) from None
+
+
+@contextlib.contextmanager
+def _quiet_pipe() -> Iterator[None]:
+    """A reader that went away: stdout is silenced and the command ends with status 0."""
+    try:
+        yield
+    except BrokenPipeError:
+        silence(sys.stdout)
+        raise click.exceptions.Exit(EXIT_OK) from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -118,7 +124,7 @@ def _main(debug: bool) -> None:
         except OSError:
             silence(sys.stderr)
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
-    except BrokenPipeError:  # outside a command (click's own --help): stop quietly
+    except BrokenPipeError:  # outside a command (shell-completion output): stop quietly
         silence(sys.stdout)
         sys.exit(EXIT_OK)
     except KeyboardInterrupt:

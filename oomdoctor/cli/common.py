@@ -15,6 +15,8 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from oomdoctor.cli.streams import OutputError, same_file, silence, write_file, write_stream
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 EXIT_OK = 0
@@ -118,20 +120,15 @@ def say(message: str, prefix: str = "oomdoctor: ") -> None:
     try:
         click.echo(f"{prefix}{redact_line(message)}", err=True)
     except OSError:
-        from oomdoctor.cli.streams import silence
-
         silence(sys.stderr)
 
 
 def redact_line(text: str) -> str:
     """``text`` with its secrets masked, for a message on stderr."""
     try:
-        from oomdoctor.report import redact
+        from oomdoctor.report.secrets import redact_text
 
-        redact_text = getattr(redact, "redact_text", None)
-        if redact_text is not None:
-            return str(redact_text(text))
-        return str(redact.Redactor().text(text))
+        return redact_text(text)
     except Exception:  # a bug in the redactor must not hide the message itself
         return text
 
@@ -143,8 +140,6 @@ def refuse_overwrite(
     they are, for the message); run before anything is read or started."""
     if not output or output == "-":
         return
-    from oomdoctor.cli.streams import same_file
-
     for name in inputs:
         if name and name != "-" and same_file(output, name):
             fail(
@@ -201,8 +196,6 @@ def write_output(text: str, output: str | None, strict: bool = True) -> bool:
 
 def write_text(text: str, output: str | None, stream: Any, strict: bool = True) -> bool:
     """``text`` to the file ``output``, else to ``stream`` (stdout or stderr); see write_output."""
-    from oomdoctor.cli.streams import OutputError, write_file, write_stream
-
     try:
         if output:
             write_file(output, text)
