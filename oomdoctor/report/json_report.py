@@ -6,9 +6,11 @@ import json
 import re
 from typing import Any
 
+from oomdoctor.report.labels import ACTIVE_BEYOND_C0
+
 #: Characters a terminal or an editor acts on, written as \uXXXX escapes (still the same JSON
 #: string): C1 controls (U+009B is a one-byte CSI) and the bidi controls that reorder text.
-_ACTIVE = re.compile("[\u0080-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_ACTIVE = re.compile(f"[{ACTIVE_BEYOND_C0}]")
 
 
 def render(report: dict[str, Any]) -> str:

@@ -14,9 +14,9 @@ _ROLES = MappingProxyType(
 #: What a terminal acts on instead of showing: C0 controls, DEL, C1 controls (U+0080–U+009F:
 #: 0x9B is a one-byte CSI), the bidi embeddings, overrides and isolates that reorder a line
 #: (Trojan Source), and the Unicode line and paragraph separators.
-_CONTROL = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
+#: Those beyond C0 and DEL, which JSON leaves as they are (json_report.py escapes them).
+ACTIVE_BEYOND_C0 = "\x80-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x1f\x7f{ACTIVE_BEYOND_C0}]")
 
 
 def holder_label(p: dict[str, Any]) -> str:
