@@ -85,19 +85,12 @@ OnCopyError = Callable[[str, OSError], None]
 
 
 class _Writer:
-    """Writes all bytes to a file descriptor (or a binary file); a reader that went away, or a
-    write that fails (a full disk), stops only this copy. ``on_error`` hears of a failure other
-    than a broken pipe, once."""
+    """Writes all bytes to a file descriptor; a reader that went away, or a write that fails (a
+    full disk), stops only this copy. ``on_error`` hears of a failure other than a broken pipe,
+    once."""
 
-    def __init__(
-        self,
-        fd: int | None,
-        name: str,
-        on_error: OnCopyError | None = None,
-        file: BinaryIO | None = None,
-    ) -> None:
+    def __init__(self, fd: int, name: str, on_error: OnCopyError | None = None) -> None:
         self.fd = fd
-        self.file = file
         self.name = name
         self.on_error = on_error
         self.closed = False
@@ -108,20 +101,13 @@ class _Writer:
         view = memoryview(data)
         try:
             while view:
-                n = os.write(self.fd, view) if self.fd is not None else self._write_file(view)
-                view = view[n:]
+                view = view[os.write(self.fd, view) :]
         except BrokenPipeError:
             self.closed = True
         except OSError as exc:
             self.closed = True
             if self.on_error is not None:
                 self.on_error(self.name, exc)
-
-    def _write_file(self, view: memoryview) -> int:
-        assert self.file is not None
-        n = self.file.write(view)
-        self.file.flush()
-        return len(view) if n is None else n
 
 
 class _Signals:
@@ -225,7 +211,7 @@ def _supervise(
         child.stdout.fileno(): (_Writer(out_fd, "stdout", on_error), 1),
         child.stderr.fileno(): (_Writer(err_fd, "stderr", on_error), 2),
     }
-    copy = _Writer(None, "log", on_error, log) if log is not None else None
+    copy = _Writer(log.fileno(), "log", on_error) if log is not None else None
     reported = False
     exited_at: float | None = None
     for fd in writers:
