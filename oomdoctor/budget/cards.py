@@ -39,9 +39,6 @@ CARDS: tuple[Card, ...] = (
     Card("MI325X", 262144, ("AMD Instinct MI325X",)),
 )
 
-#: (label, MiB) pairs, for callers that need only the sizes.
-CARDS_MIB: tuple[tuple[str, int], ...] = tuple((c.label, c.mib) for c in CARDS)
-
 
 def _key(name: str) -> str:
     """``NVIDIA H100 80GB HBM3`` → ``h10080gbhbm3``; ``h100-80g`` and ``H100 80GB`` meet."""

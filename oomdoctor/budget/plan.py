@@ -108,6 +108,7 @@ class Plan:
 def weights_per_gpu(p: PlanInput) -> tuple[float, str] | None:
     """GiB of weights on one GPU and where the figure comes from."""
     ranks = p.tp * p.pp
+    split = f" ÷ {ranks} GPUs (TP×PP)" if ranks > 1 else ""
     fp8 = p.quantization == "fp8"
     if p.weights_gib is not None:
         total = p.weights_gib * (FP8_SHARE_WITHOUT_SHAPE if fp8 else 1.0)
@@ -116,16 +117,16 @@ def weights_per_gpu(p: PlanInput) -> tuple[float, str] | None:
             if fp8
             else ""
         )
-        return total / ranks, how + (f" ÷ {ranks} GPUs (TP×PP)" if ranks > 1 else "")
+        return total / ranks, how + split
     if p.model is None:
         return None
     m = p.model
-    total_bytes = m.weight_bytes
-    if fp8:  # embeddings and LM head (2·vocab·hidden) stay at the model dtype
-        embed = 2 * m.vocab * m.hidden * m.dtype_bytes
-        total_bytes = (total_bytes - embed) / m.dtype_bytes + embed
-    how = f"the {m.weights_from}" + (", linear layers in FP8" if fp8 else "")
-    return total_bytes / ranks / GIB, how + (f" ÷ {ranks} GPUs (TP×PP)" if ranks > 1 else "")
+    if not fp8:
+        return m.weights_gib_per_gpu(p.tp, p.pp), f"the {m.weights_from}{split}"
+    # Embeddings and LM head (2·vocab·hidden) stay at the model dtype.
+    embed = 2 * m.vocab * m.hidden * m.dtype_bytes
+    total_bytes = (m.weight_bytes - embed) / m.dtype_bytes + embed
+    return total_bytes / ranks / GIB, f"the {m.weights_from}, linear layers in FP8{split}"
 
 
 def _args(p: PlanInput) -> dict[str, Scalar]:
@@ -280,7 +281,7 @@ def fixed_by_fraction(now: Plan) -> Plan | None:
         candidates = [round_down(high), round_down(high, 0.005), round_down(high, 0.001)]
     for value in candidates:
         if low < value <= high:
-            plan = evaluate(with_fraction(now.inputs, value))
+            plan = evaluate(replace(now.inputs, mem_fraction_static=value))
             if plan.fine:
                 return plan
     return None
@@ -310,7 +311,3 @@ def command(p: PlanInput, y: float, context: int | None) -> str:
         flag = "--cuda-graph-max-bs-decode" if new else "--cuda-graph-max-bs"
         parts.append(f"{flag} {p.cuda_graph_max_bs}")
     return " ".join(parts)
-
-
-def with_fraction(p: PlanInput, y: float) -> PlanInput:
-    return replace(p, mem_fraction_static=y)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, AnyStr, Generic
 
 #: The methods forwarded to the compiled pattern.
-_METHODS = ("match", "search", "fullmatch", "finditer", "findall", "split", "sub", "subn")
+_METHODS = ("match", "search", "fullmatch", "finditer", "findall", "split", "sub")
 
 
 class LazyPattern(Generic[AnyStr]):
@@ -68,14 +68,6 @@ class LazyPattern(Generic[AnyStr]):
         count: int = 0,
     ) -> AnyStr:
         return self.compiled().sub(repl, string, count)
-
-    def subn(
-        self,
-        repl: AnyStr | Callable[[re.Match[AnyStr]], AnyStr],
-        string: AnyStr,
-        count: int = 0,
-    ) -> tuple[AnyStr, int]:
-        return self.compiled().subn(repl, string, count)
 
     def __repr__(self) -> str:
         return f"LazyPattern({self.pattern!r}, {self._flags})"

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from oomdoctor.units import MAX_NUMBER
+
 SCHEMA = "oomdoctor-snapshot"
 VERSION = 1
 GIB = float(1 << 30)
-#: The largest count a snapshot may hold: a signed 64-bit integer (units.MAX_NUMBER).
-MAX_COUNT = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +148,7 @@ def _int(value: Any, what: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise SnapshotError(f"{what} must be an integer or null, not {repr(value)[:40]}")
-    if not 0 <= value <= MAX_COUNT:  # no GPU or pid gets there (units.MAX_NUMBER)
+    if not 0 <= value <= MAX_NUMBER:  # a signed 64-bit integer: no GPU or pid gets there
         raise SnapshotError(f"{what} is out of range: {str(value)[:40]}")
     return value
 

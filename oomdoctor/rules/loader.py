@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.knowledge import RESERVED_FILES, toml_file
 from oomdoctor.model import CATEGORIES
 from oomdoctor.rules.features import FEATURE_DOCS
@@ -71,7 +72,7 @@ def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-_PATTERNS_HEADER = re.compile(r"^\s*\[\[\s*patterns\s*\]\]")
+_PATTERNS_HEADER = LazyPattern(r"^\s*\[\[\s*patterns\s*\]\]")  # only rules with patterns
 
 
 def _line_of(text: str, key: str, table: str | None = None) -> int:
