@@ -51,6 +51,14 @@ class Line(NamedTuple):
     logger: str | None = None  # the logger name where the envelope prints one (Omni)
 
 
+def number(value: object) -> float | None:
+    """A logged value as a number, or None (a log can print anything where a number goes;
+    True is not 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 class Fact(NamedTuple):
     """A typed observation made by one signature on one line."""
 
@@ -59,10 +67,7 @@ class Fact(NamedTuple):
     data: Mapping[str, Scalar] = EMPTY
 
     def num(self, key: str) -> float | None:
-        value = self.data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return float(value)
+        return number(self.data.get(key))
 
     def text(self, key: str) -> str | None:
         value = self.data.get(key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.sglang_fraction import lower_action, raise_fraction
 from oomdoctor.budget import targets
-from oomdoctor.model import Action
+from oomdoctor.model import Action, number
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
 FREQUENT_RETRACTIONS_PER_HOUR = 30.0
@@ -222,7 +222,7 @@ def _pressure_levers(ctx: Context) -> list[Action]:
             flag="--schedule-conservativeness",
             direction="raise",
             value=1.3,
-            current=_number(ctx.incident.server_args.get("schedule_conservativeness")),
+            current=number(ctx.incident.server_args.get("schedule_conservativeness")),
         )
     ]
     running = ctx.arg_int("max_running_requests")
@@ -383,10 +383,3 @@ def gpu_fault(ctx: Context) -> list[Action]:
             )
         )
     return out
-
-
-def _number(value: object) -> float | None:
-    """A flag's logged value as a number, or None (a log can print anything there)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)

@@ -22,7 +22,7 @@ from oomdoctor.budget.formulas import (
     snap_bytes_per_token,
 )
 from oomdoctor.incident.stages import line_stage
-from oomdoctor.model import Fact, Failure, Incident, VllmBudget, Window
+from oomdoctor.model import Fact, Failure, Incident, VllmBudget, Window, number
 
 DEFAULT_UTILIZATION = 0.9
 DEFAULT_BLOCK_SIZE = 16
@@ -47,10 +47,10 @@ def _utilization(
         if u is not None and 0 < u <= 1:
             return u, "the memory profiling line"
     if failure is not None:
-        u = _num(failure.data.get("u"))
+        u = number(failure.data.get("u"))
         if u is not None and 0 < u <= 1:
             return u, "the error message"
-    u = _num(incident.server_args.get("gpu_memory_utilization"))
+    u = number(incident.server_args.get("gpu_memory_utilization"))
     if u is not None and 0 < u <= 1:
         return u, "the engine arguments"
     args = incident.server_args
@@ -91,7 +91,7 @@ def build(
     data = failure.data if failure else {}
     total = _first(
         max(_nums(profile, "total") + _nums(profile, "total_gpu_memory"), default=None),
-        _num(data.get("total")),
+        number(data.get("total")),
         oom.total_gib if oom else None,
         # PyTorch 2.13+'s allocator warnings print the device's total (cudaMemGetInfo)
         max(_nums(incident.facts_of("alloc_retry"), "device_total_gib"), default=None),
@@ -114,7 +114,7 @@ def build(
     kv = _first(
         min(_nums(profile, "kv") + _nums(profile, "kv_cache_size"), default=None),
         min(_nums(kv_facts, "kv"), default=None),
-        _num(data.get("available")),
+        number(data.get("available")),
     )
     if kv is None and None not in (budget, weights, activation, non_torch):
         kv = budget - weights - activation - non_torch  # type: ignore[operator]
@@ -132,15 +132,15 @@ def build(
     blocks = min(_nums(kv_facts, "blocks"), default=None)
     if tokens is None and blocks:
         tokens = int(blocks) * block  # V0: `# GPU blocks: N`
-    if tokens is None and _num(data.get("kv_tokens")):
+    if tokens is None and number(data.get("kv_tokens")):
         tokens = int(data["kv_tokens"])  # type: ignore[arg-type]
     max_len_v = _first(
-        _num(data.get("max_len")),
-        _num(_int_arg(incident, "max_model_len")),
+        number(data.get("max_len")),
+        number(_int_arg(incident, "max_model_len")),
         max(_nums(kv_facts, "len"), default=None),
     )
     max_len = int(max_len_v) if max_len_v else None
-    needed = _num(data.get("needed"))
+    needed = number(data.get("needed"))
     bpt = None
     if needed and max_len:
         bpt = round(needed * GIB / max_len)
@@ -205,7 +205,7 @@ def _upper(
 ) -> tuple[float | None, str | None]:
     """The highest u that leaves enough outside the budget (or fits beside other processes)."""
     if primary is not None and primary.kind == "startup_free_memory":
-        free = _num(primary.data.get("free"))
+        free = number(primary.data.get("free"))
         if free is not None:
             return round_down(
                 free / total
@@ -237,7 +237,7 @@ def _bpt_from_swap(incident: Incident, kv_facts: list[Fact], block: int) -> int 
     """V0 also sizes a CPU swap pool: `# CPU blocks: M` = floor(swap_space / block bytes), so the
     bytes per token follow even when no GPU block fits (swap_space: args, default 4 GiB)."""
     cpu = min(_nums(kv_facts, "cpu"), default=None)
-    swap = _num(incident.server_args.get("swap_space"))
+    swap = number(incident.server_args.get("swap_space"))
     swap = DEFAULT_SWAP_GIB if swap is None else swap
     if not cpu or swap <= 0:
         return None
@@ -245,15 +245,9 @@ def _bpt_from_swap(incident: Incident, kv_facts: list[Fact], block: int) -> int 
     return snap_between(total / ((cpu + 1) * block), total / (cpu * block), total / (cpu * block))
 
 
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
 def _startup_short(primary: Failure | None) -> float | None:
     """How much more the start-up check asked for than was free (GiB)."""
     if primary is None or primary.kind != "startup_free_memory":
         return None
-    free, requested = _num(primary.data.get("free")), _num(primary.data.get("requested"))
+    free, requested = number(primary.data.get("free")), number(primary.data.get("requested"))
     return round(requested - free, 4) if free is not None and requested is not None else None
