@@ -181,13 +181,13 @@ def evaluate(p: PlanInput) -> Plan:
     args = _args(p)
     y = p.mem_fraction_static
     y_source = "given"
-    if y is None:
-        y = sglang_defaults.default_fraction(card_mib, args, era)
+    reserve = sglang_defaults.reserve(card_mib, args, era)
+    if y is None:  # sglang_defaults.default_fraction, from the reserve already at hand
+        y = round(sglang_defaults.ceiling(card_mib, reserve), 3)
         y_source = f"SGLang {era} default for a {card_mib:.0f} MiB card"
     post = pre - weights
     kv = kv_at(y, pre, post)
     tokens = int(kv * GIB // bpt) if bpt and kv > 0 else None
-    reserve = sglang_defaults.reserve(card_mib, args, era)
     y_zero = 1 - post / pre
     need = context * bpt / GIB if context and bpt else 0.0
     budget = SglangBudget(

@@ -24,12 +24,10 @@ CONTEXT_STEP = 1024
 
 
 def solve(p: PlanInput) -> Plan | None:
-    """The launch p, fixed by the fraction if it needs it; None when even that fails."""
+    """The launch p, fixed by the fraction if it needs it (fixed_by_fraction returns only a
+    fine plan); None when even that fails."""
     plan = evaluate(p)
-    if plan.fine:
-        return plan
-    fixed = fixed_by_fraction(plan)
-    return fixed if fixed is not None and fixed.fine else None
+    return plan if plan.fine else fixed_by_fraction(plan)
 
 
 def _sixteen_bit(p: PlanInput) -> bool:
@@ -55,7 +53,8 @@ def _tp(p: PlanInput, now: Plan) -> Iterator[Lever]:
 def _fp8_weights(p: PlanInput, now: Plan) -> Iterator[Lever]:
     if p.quantization is not None or not _sixteen_bit(p):
         return
-    tp_alone = next((t for t in TP_SIZES if t > p.tp and solve(_with_tp(p, t))), None)
+    alone = next(_tp(p, now), None)  # the smallest TP that works without FP8
+    tp_alone = alone.plan.inputs.tp if alone is not None else None
     for tp in (p.tp, *(t for t in TP_SIZES if t > p.tp)):
         if tp_alone is not None and tp >= tp_alone:
             return  # more GPUs alone do it: FP8 on top buys nothing
