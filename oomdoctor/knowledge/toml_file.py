@@ -41,10 +41,7 @@ def read(path: Path, invalid: str = "invalid TOML") -> tuple[str, dict[str, Any]
     cached = _cached().get(text)
     if cached is not None:
         return text, json.loads(cached)  # a table of its own: callers may change it
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
+    tomllib = _tomllib()
     try:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -53,6 +50,15 @@ def read(path: Path, invalid: str = "invalid TOML") -> tuple[str, dict[str, Any]
     except RecursionError:
         line = too_deep(text) or 1
         return f"{path}:{line}: {invalid}: arrays or tables nested more than {MAX_DEPTH} deep"
+
+
+def _tomllib() -> Any:
+    """tomllib (tomli before 3.11), imported only when a text is not in the cache."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    return tomllib
 
 
 @lru_cache(maxsize=1)
@@ -107,10 +113,7 @@ def shipped_files() -> list[Path]:
 def cache_text(paths: Iterable[Path]) -> str:
     """What ``builtin_tables.json`` holds for ``paths``: each file that parses, and whose table
     JSON gives back exactly (no dates, no NaN), under its text."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
+    tomllib = _tomllib()
     out: dict[str, str] = {}
     for path in paths:
         text = path.read_text("utf-8")
