@@ -10,8 +10,8 @@ from oomdoctor.model import Action, Budget, Incident, Scalar, Verdict
 from oomdoctor.rules.schema import Finding
 
 if TYPE_CHECKING:  # loaded only when there is GPU state or an OOM to judge
-    from oomdoctor.budget.oom import OomJudgement
     from oomdoctor.gpu.view import GpuView
+    from oomdoctor.judge.oom import OomJudgement
 
 
 class Diagnosis(NamedTuple):
@@ -25,4 +25,4 @@ class Diagnosis(NamedTuple):
     notices: tuple[str, ...]
     gpu: GpuView | None = None  # None: not asked for (--no-gpu)
     capture: Mapping[str, Scalar] | None = None  # live runs: when the crash and snapshot happened
-    oom: OomJudgement | None = None  # the failed allocation's numbers, judged (budget.oom)
+    oom: OomJudgement | None = None  # the failed allocation's numbers, judged (judge.oom)

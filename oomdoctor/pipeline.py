@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, BinaryIO
 
-from oomdoctor import budget
+from oomdoctor import judge as judgements
 from oomdoctor.advice.context import Context
 from oomdoctor.advice.registry import actions as advise
-from oomdoctor.budget import holders, oom
-from oomdoctor.budget.oom import OomJudgement
 from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.extract.facts import Extractor, MarkerMatcher, Matcher, SignatureMatcher
 from oomdoctor.extract.signatures import ALL as SIGNATURES
 from oomdoctor.incident.assemble import Assembler
 from oomdoctor.incident.feed import Feeder
+from oomdoctor.judge import GpuState, Judgement
 from oomdoctor.knowledge import Knowledge, builtin, family
-from oomdoctor.model import Budget, Failure, Incident, Line
+from oomdoctor.model import Incident, Line
 from oomdoctor.read import parallel
 from oomdoctor.read.sources import ReadStats, iter_blocks, open_source, read_notices
 from oomdoctor.read.sources import label as source_label
@@ -29,13 +28,10 @@ from oomdoctor.rules import engine, features, schema, verdict
 from oomdoctor.rules.loader import load
 from oomdoctor.rules.schema import Rule, builtin_dir
 
-if TYPE_CHECKING:  # loaded when used: GPU state, live capture
-    from oomdoctor.gpu.snapshot import Snapshot
-    from oomdoctor.gpu.view import GpuView, Unavailable
+if TYPE_CHECKING:  # loaded when used: live capture
     from oomdoctor.incident.live import StreamParser
 
 Progress = Callable[[int], None]
-GpuState: TypeAlias = "Snapshot | Unavailable | None"
 
 
 def fact_kinds() -> set[str]:
@@ -154,31 +150,24 @@ def _counting(blocks: Iterable[bytes], progress: Progress, stream: BinaryIO) -> 
         yield block
 
 
-class Judged(NamedTuple):
-    """The judgements every later stage reads: the budget, the GPU state read against it, and
-    the failed allocation's own numbers."""
-
-    budget: Budget
-    gpu: GpuView | None
-    oom: OomJudgement | None
-
-
 def judge(
-    incident: Incident, gpu: GpuState = None, cuda_visible_devices: str | None = None
-) -> Judged:
-    primary = incident.primary
-    bud = budget.build(incident, primary, _capacity(gpu))
-    view = _gpu_view(incident, bud, primary, gpu, cuda_visible_devices)
-    server = view.server_pids if view is not None else frozenset()
-    return Judged(bud, view, oom.judge(incident, bud, primary, server))
+    incident: Incident,
+    gpu: GpuState = None,
+    cuda_visible_devices: str | None = None,
+    knowledge: Knowledge | None = None,
+) -> Judgement:
+    """The judgement stage (oomdoctor/judge): failures placed, budget, holders, fit."""
+    return judgements.judge(incident, gpu, cuda_visible_devices, knowledge)
 
 
 def features_of(
-    incident: Incident, gpu: GpuState = None, cuda_visible_devices: str | None = None
+    incident: Incident,
+    gpu: GpuState = None,
+    cuda_visible_devices: str | None = None,
+    knowledge: Knowledge | None = None,
 ) -> dict[str, features.Feature]:
     """The features rules see, for one incident and GPU state (``rules test`` uses this)."""
-    judged = judge(incident, gpu, cuda_visible_devices)
-    return features.compute(incident, judged.budget, judged.oom, judged.gpu)
+    return features.compute(judge(incident, gpu, cuda_visible_devices, knowledge))
 
 
 def fixture_features(
@@ -188,34 +177,9 @@ def fixture_features(
     the features for the given GPU state."""
 
     def run(log: Path, gpu: GpuState) -> dict[str, features.Feature]:
-        return features_of(read([str(log)], rules, knowledge=knowledge), gpu)
+        return features_of(read([str(log)], rules, knowledge=knowledge), gpu, None, knowledge)
 
     return run
-
-
-def _capacity(gpu: GpuState) -> float | None:
-    """The GPUs' total memory from a snapshot, for logs that do not print it."""
-    total = getattr(gpu, "cuda_total_gib", None)  # a Snapshot (no import for the others)
-    return total() if callable(total) else None
-
-
-def _gpu_view(
-    incident: Incident,
-    bud: Budget,
-    primary: Failure | None,
-    gpu: GpuState,
-    cuda_visible_devices: str | None,
-) -> GpuView | None:
-    from oomdoctor.gpu import view
-
-    if gpu is None:
-        return None
-    if isinstance(gpu, view.Unavailable):
-        return view.unavailable(gpu)
-    from oomdoctor.gpu import cotenants  # a snapshot to read: the attribution logic loads now
-
-    siblings = holders.sibling_pids(incident)
-    return cotenants.analyse(gpu, incident, bud, primary, siblings, cuda_visible_devices)
 
 
 def diagnose(
@@ -224,6 +188,7 @@ def diagnose(
     gpu: GpuState = None,
     cuda_visible_devices: str | None = None,
     engine_override: str | None = None,
+    knowledge: Knowledge | None = None,
 ) -> Diagnosis:
     """Budget, GPU holders, features, rules and verdict for an assembled incident.
 
@@ -236,9 +201,15 @@ def diagnose(
             f"the log looked like {incident.engine or 'neither'}"
         )
         incident = incident._replace(engine=engine_override, notices=(*incident.notices, note))
+    judgement = judge(incident, gpu, cuda_visible_devices, knowledge)
+    incident, bud, view, judged = (
+        judgement.incident,
+        judgement.budget,
+        judgement.gpu,
+        judgement.oom,
+    )
     primary = incident.primary
-    bud, view, judged = judge(incident, gpu, cuda_visible_devices)
-    feats = features.compute(incident, bud, judged, view)
+    feats = features.compute(judgement)
     findings = engine.evaluate(rules, feats)
     v = verdict.decide(findings, incident, bud, primary)
     top = findings[0].rule if findings else None
@@ -268,4 +239,4 @@ def run(
     knowledge: Knowledge | None = None,
 ) -> Diagnosis:
     incident = read(names, rules, stdin, progress, knowledge)
-    return diagnose(incident, rules, gpu, cuda_visible_devices, engine_override)
+    return diagnose(incident, rules, gpu, cuda_visible_devices, engine_override, knowledge)

@@ -56,9 +56,9 @@ class Contexts:
     def __call__(self, source: str, rule: str | None = None) -> Context:
         key = (source, rule)
         if key not in self.cache:
-            incident = pipeline.read([str(self.path(source))], self.rules)
-            judged = pipeline.judge(incident)
-            feats = features.compute(incident, judged.budget, judged.oom, judged.gpu)
+            judged = pipeline.judge(pipeline.read([str(self.path(source))], self.rules))
+            incident = judged.incident
+            feats = features.compute(judged)
             remedy = self.remedies[rule] if rule is not None else None
             self.cache[key] = Context(
                 incident, judged.budget, incident.primary, feats, judged.gpu, remedy, judged.oom

@@ -13,6 +13,7 @@ import pytest
 
 from oomdoctor import pipeline
 from oomdoctor.budget import sglang, vllm
+from oomdoctor.judge import placed
 from oomdoctor.model import Incident, SglangBudget, VllmBudget
 from oomdoctor.rules.schema import Rule
 
@@ -63,7 +64,7 @@ SG_DECODES = """\
 def _incident(tmp_path: Path, rules: tuple[Rule, ...], *parts: str) -> Incident:
     path = tmp_path / "server.log"
     path.write_text("\n".join(p.rstrip("\n") for p in parts) + "\n", encoding="utf-8")
-    return pipeline.read([str(path)], rules)
+    return placed(pipeline.read([str(path)], rules))[0]  # failures placed, as diagnose does
 
 
 def _sglang(tmp_path: Path, rules: tuple[Rule, ...], *parts: str) -> SglangBudget:

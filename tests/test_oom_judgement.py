@@ -1,4 +1,4 @@
-"""budget.oom.judge on real-format OOM messages (PyTorch 2.x and 1.x layouts, from fixtures/).
+"""judge.oom.judge on real-format OOM messages (PyTorch 2.x and 1.x layouts, from fixtures/).
 
 Each message goes through the real pipeline (read → incident → primary failure); the expected
 numbers are worked out by hand from the message (1 GiB = 1024 MiB).
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import pipeline
-from oomdoctor.budget import oom, sglang
-from oomdoctor.budget.oom import OomJudgement
+from oomdoctor.budget import sglang
+from oomdoctor.judge import oom, placed
+from oomdoctor.judge.oom import OomJudgement
 from oomdoctor.model import Incident, SglangBudget
 from oomdoctor.rules.schema import Rule
 
@@ -52,7 +53,7 @@ def _modern(req: str, free: str, this: str, alloc: str = "8.00 GiB", extra: str 
 def _incident(tmp_path: Path, rules: tuple[Rule, ...], *lines: str) -> Incident:
     path = tmp_path / "oom.log"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return pipeline.read([str(path)], rules)
+    return placed(pipeline.read([str(path)], rules))[0]  # failures placed, as diagnose does
 
 
 def _judge(

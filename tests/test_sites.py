@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from oomdoctor import knowledge
 from oomdoctor.cli import cli
-from oomdoctor.incident import sites
+from oomdoctor.judge import sites
 from oomdoctor.model import Frame
 
 

@@ -10,8 +10,8 @@ from oomdoctor.model import Action, Budget, Failure, Incident, SglangBudget, Vll
 from oomdoctor.rules.features import Feature
 
 if TYPE_CHECKING:
-    from oomdoctor.budget.oom import OomJudgement
     from oomdoctor.gpu.view import GpuView
+    from oomdoctor.judge.oom import OomJudgement
 
 
 class Context(NamedTuple):
@@ -21,7 +21,7 @@ class Context(NamedTuple):
     features: Mapping[str, Feature]
     gpu: GpuView | None = None
     remedy: str | None = None  # the winning rule's remedy text (advice kind "remedy")
-    oom: OomJudgement | None = None  # the failed allocation's numbers, judged (budget.oom)
+    oom: OomJudgement | None = None  # the failed allocation's numbers, judged (judge.oom)
 
     # -- the budget in each engine's shape ------------------------------------------------------
     @property

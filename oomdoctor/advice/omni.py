@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 from oomdoctor.advice.context import Context
-from oomdoctor.budget import holders, targets
+from oomdoctor.budget import targets
 from oomdoctor.budget.targets import MARGIN_MIN_GIB
+from oomdoctor.judge import holders
 from oomdoctor.model import Action
 
 THINKER_FRACTION = "--thinker.engine.mem_fraction_static"

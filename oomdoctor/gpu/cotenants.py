@@ -15,10 +15,11 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from oomdoctor.budget import costs, holders
+from oomdoctor.budget import costs
 from oomdoctor.extract.normalise import rank_numbers
 from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot
 from oomdoctor.gpu.view import GpuHolder, GpuView
+from oomdoctor.judge import holders
 from oomdoctor.model import Budget, Failure, Incident
 
 #: A snapshot this far from the log's last line may show a different set of holders.

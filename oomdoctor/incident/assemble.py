@@ -76,7 +76,7 @@ class Assembler:
             stream.add_code(line.text.strip())
             return
         if "graph_capture_failed" in kinds:
-            stream.capture_failed = True  # an OOM on this very line happened during capture
+            stream.capture_failed = line  # an OOM on this very line happened during capture
         if stream.open_oom is not None and "oom_part" in kinds and not kinds & FAILURE_KINDS:
             fail.continue_oom(stream, line)
             return
@@ -241,11 +241,11 @@ class Assembler:
             self._refused_args.append(f"{source}:{line.number} {shown}")
 
     def _vllm_weights(self, stream: Stream, fact: Fact) -> None:
-        self._launch.progress = None  # `Model loading took ...`: the weights are in
+        self._launch.progress = self._launch.progress_line = None  # `Model loading took ...`
 
     def _vllm_ready(self, stream: Stream, fact: Fact) -> None:
         self._launch.initialised = self._launch.initialised or fact.line
-        self._launch.progress = None
+        self._launch.progress = self._launch.progress_line = None
 
     # -- result -----------------------------------------------------------------------------------
 

@@ -9,11 +9,11 @@ import re
 from oomdoctor.extract import pytorch_oom
 from oomdoctor.incident.detect import Detector
 from oomdoctor.incident.launch import FailureBuilder, Launch
-from oomdoctor.incident.place import place, refine, stage_of
+from oomdoctor.incident.place import observe, stage_of
 from oomdoctor.incident.tracebacks import Stream
 from oomdoctor.knowledge import Knowledge
 from oomdoctor.knowledge.kinds import BARE_OOM_FORMS
-from oomdoctor.model import Fact, Line
+from oomdoctor.model import Fact, Frame, Line
 
 MAX_FAILURES = 200
 OOM_CONTINUATION_LINES = 8
@@ -48,7 +48,7 @@ class FailureRecorder:
         frames = tuple(stream.frames) if stream.open else ()
         opener = stream.opener if stream.open else None
         if kind == "graph_capture_failed":
-            stream.capture_failed = True
+            stream.capture_failed = line
             last = stream.last_failure
             if (
                 not fact.data.get("reason")
@@ -56,19 +56,17 @@ class FailureRecorder:
                 and last.oom is not None
                 and line.number - last.line.number <= CAPTURE_NAMING_LINES
             ):
-                last.site = "graph_capture"  # 0.5.23 names the prefill runner after the OOM
+                # 0.5.23 names the prefill runner after the OOM that failed its capture
+                last.clues = last.clues._replace(capture_failed=line)
                 return
         stage = stage_of(launch, line, opener)
-        site, site_frame, phase = place(
-            self.knowledge, launch, stream, kind, line, frames, opener, stage
-        )
         key = (kind, _DIGITS.sub("#", message)[:160])
         existing = launch.failures.get(key)
         if existing is not None:
             if line.rank and line.rank not in existing.ranks:
                 existing.ranks.append(line.rank)
             if not existing.frames and frames:
-                refine(self.knowledge, existing, frames, opener)
+                refine(existing, frames, opener)
             return
         if len(launch.failures) >= MAX_FAILURES:
             return
@@ -78,10 +76,8 @@ class FailureRecorder:
             message=message,
             ranks=[line.rank] if line.rank else [],
             frames=frames,
-            site=site,
-            phase=phase,
+            clues=observe(launch, stream, line, opener),
             data={k: v for k, v in fact.data.items() if not k.startswith("_")},
-            site_frame=site_frame,
             opener=opener,
             stage=stage,
         )
@@ -135,23 +131,18 @@ class FailureRecorder:
         if not frames:
             return
         if target is not None:
-            refine(self.knowledge, target, frames, opener)
+            refine(target, frames, opener)
             return
         line = frames[-1].line or first
         if line is None:
             return
-        site, site_frame, phase = place(
-            self.knowledge, launch, stream, "cut_traceback", line, frames, opener, None
-        )
         builder = FailureBuilder(
             kind="cut_traceback",
             line=line,
             message="the traceback ends before its exception line",
             ranks=[line.rank] if line.rank else [],
             frames=frames,
-            site=site,
-            phase=phase,
-            site_frame=site_frame,
+            clues=observe(launch, stream, line, opener),
             opener=opener,
             stage=stage_of(launch, line, opener),
         )
@@ -163,6 +154,13 @@ class FailureRecorder:
         if stream.frames:
             self.detector.frames(stream.frames)
         stream.end()
+
+
+def refine(builder: FailureBuilder, frames: tuple[Frame, ...], opener: Line | None) -> None:
+    """Frames found after the failure line (the same message repeated at the end of its
+    traceback, or a message pasted before its frames) belong to it."""
+    builder.frames = frames
+    builder.opener = builder.opener or opener
 
 
 def _absorb_precursor(launch: Launch, builder: FailureBuilder) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from oomdoctor.incident.timeline import TimelineBuilder, rate_per_hour
 from oomdoctor.model import (
+    Clues,
     Fact,
     Failure,
     Frame,
@@ -32,6 +33,7 @@ class RankState:
     rank: str
     values: dict[str, Measured] = field(default_factory=dict)
     last_checkpoint: str | None = None
+    last_checkpoint_line: Line | None = None
     stage: str | None = None
     gpu: int | None = None
     fraction: float | None = None
@@ -49,11 +51,9 @@ class FailureBuilder:
     message: str
     ranks: list[str]
     frames: tuple[Frame, ...]
-    site: str
-    phase: str
+    clues: Clues
     oom: OomMessage | None = None
     data: dict[str, Scalar] = field(default_factory=dict)
-    site_frame: Frame | None = None
     opener: Line | None = None
     stage: str | None = None
 
@@ -65,12 +65,10 @@ class FailureBuilder:
             ranks=tuple(self.ranks),
             frames=self.frames,
             oom=self.oom,
-            site=self.site,
-            phase=self.phase,
             data=dict(self.data),
-            site_frame=self.site_frame,
             opener=self.opener,
             stage=self.stage,
+            clues=self.clues,
         )
 
 
@@ -173,6 +171,7 @@ class Launch:
     stats: StatsAcc = field(default_factory=StatsAcc)
     loading_stage: tuple[str, int | None, float | None] | None = None  # Omni: who loads now
     progress: str | None = None  # the last startup progress bar (load_progress, capture_progress)
+    progress_line: Line | None = None
 
     @property
     def started_loading(self) -> bool:
@@ -244,12 +243,15 @@ class Launch:
             if avail is not None:
                 put("graph_end", Measured(avail, line))
         state.last_checkpoint = fact.kind
+        state.last_checkpoint_line = line
 
     def progress_bar(self, fact: Fact) -> None:
         """A progress bar says which startup step is running, even in an excerpt."""
         state = self.rank_for(fact.line)
         state.last_checkpoint = "load_begin" if fact.kind == "load_progress" else "graph_begin"
+        state.last_checkpoint_line = fact.line
         self.progress = fact.kind
+        self.progress_line = fact.line
 
     # -- SGLang Omni stages -----------------------------------------------------------------
 

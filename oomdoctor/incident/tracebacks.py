@@ -54,7 +54,7 @@ class Stream:
         self.frame_line = -1  # line number of the last frame (its code line follows)
         self.last_line: Line | None = None  # the previous line of this stream that was not a frame
         self.warmup = False
-        self.capture_failed = False
+        self.capture_failed: Line | None = None  # the line that said a capture failed
         self.open_oom: FailureBuilder | None = None
         self.oom_parts: list[str] = []
         self.open_oom_line = 0
@@ -105,7 +105,7 @@ class Stream:
         self.opener = None
         self.first_frame = -1
         self.warmup = False
-        self.capture_failed = False
+        self.capture_failed = None
 
     def close_cut(self) -> tuple[Frame, ...]:
         """End an unfinished traceback; its frames, if it had any."""

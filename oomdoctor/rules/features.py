@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from oomdoctor.budget import as_sglang
 from oomdoctor.budget.costs import start_gap, start_gap_explains
 from oomdoctor.extract.lazy import LazyPattern
-from oomdoctor.incident import sites
 from oomdoctor.knowledge import family
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar, VllmBudget
 
 if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
-    from oomdoctor.budget.oom import OomJudgement
     from oomdoctor.gpu.view import GpuView
+    from oomdoctor.judge import Judgement
+    from oomdoctor.judge.oom import OomJudgement
 
 #: Parts of the stack that mean an RL trainer shares the GPUs with the engine.
 #: (vLLM's sleep mode alone is not one: single servers use it too.)
@@ -133,14 +133,11 @@ class _Builder:
         self.values[name] = Feature(value, _lines(*evidence))
 
 
-def compute(
-    incident: Incident,
-    budget: Budget,
-    judged: OomJudgement | None = None,
-    gpu: GpuView | None = None,
-) -> dict[str, Feature]:
-    """Every feature of FEATURE_DOCS for this incident, from judgements already made: the
-    budget, the OOM message's (budget.oom.judge) and the GPU snapshot's (gpu.cotenants)."""
+def compute(judgement: Judgement) -> dict[str, Feature]:
+    """Every feature of FEATURE_DOCS, from the judgement stage's output (oomdoctor/judge): the
+    placed incident, the budget, the OOM message's judgement and the GPU snapshot's."""
+    incident, budget = judgement.incident, judgement.budget
+    judged, gpu = judgement.oom, judgement.gpu
     primary = incident.primary
     put = _Builder()
     f = put.values
@@ -154,7 +151,7 @@ def compute(
     put("failure.present", primary is not None, where)
     put("failure.kind", primary.kind if primary else None, where)
     put("failure.phase", primary.phase if primary else None, where)
-    site_frame = sites.classify(primary.frames)[1] if primary else None
+    site_frame = primary.site_frame if primary else None
     put(
         "failure.site",
         primary.site if primary else None,
@@ -260,7 +257,7 @@ def _oom_features(
         for name in _OOM_FLAGS:
             put(f"oom.{name}", False)
         return
-    frame = sites.classify(primary.frames)[1]
+    frame = primary.site_frame
     stats = incident.stats
     before = [
         s.line

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from oomdoctor.budget import holders
 from oomdoctor.budget.costs import message_foreign_explains
+from oomdoctor.judge import holders
 from oomdoctor.knowledge.kinds import OOM_KINDS
 from oomdoctor.model import Budget, Failure, Incident, OomMessage
 
