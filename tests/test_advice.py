@@ -915,7 +915,15 @@ def test_unknown_engine_every_action_after_the_note_is_labelled(
 ) -> None:
     out = registry.actions(kind, ctx_of("UNKNOWN_ENGINE_OOM"))
     if not out or not out[0].text.startswith(NOTE):
-        assert not any(a.text.startswith(("SGLang: ", "vLLM: ")) for a in out)
+        # no note: engine-neutral advice, which changes no engine's flag and names each engine
+        # whose flag it mentions ("--mem-fraction-static (SGLang) / ... (vLLM) does not help")
+        for a in out:
+            assert not a.text.startswith(("SGLang: ", "vLLM: ")), a
+            assert a.flag is None or a.flag not in (*SGLANG_ONLY, *VLLM_ONLY), a
+            if foreign_flags("vllm", a.text):  # SGLang's flags are named
+                assert "SGLang" in a.text, a
+            if foreign_flags("sglang", a.text):  # vLLM's flags are named
+                assert "vLLM" in a.text, a
         return
     shared = [a for a in out[1:] if not a.text.startswith(("SGLang: ", "vLLM: "))]
     assert all(a.flag is None for a in shared), shared  # an unlabelled line names no flag

@@ -3,11 +3,14 @@ human computed by hand from the log (see each sidecar's [calc])."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from oomdoctor.report.render import render
 from tests.conftest import FIXTURES, SIDECARS, fixture_snapshots, load_toml, mem_fraction_directions
 from tests.conftest import fixture_log as _log
 
@@ -39,11 +42,17 @@ def test_mem_fraction_direction(sidecar: Path, report_of: Callable[[Path], dict]
     elif wanted == "lower":
         assert directions and directions[0] == "lower"
         assert "raise" not in directions
-    elif not expect.get("allow_raise"):
+    elif expect.get("allow_raise"):  # growing the pool is an option, shrinking it is not
+        assert "lower" not in directions, rep["actions"]
+    else:
         assert "raise" not in directions, rep["actions"]
 
 
-@pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
+#: The sidecars that state budget figures (a fixture without any is checked by the window test).
+_WITH_BUDGET = [s for s in SIDECARS if {"budget", "tightest_rank", "stages"} & set(load_toml(s))]
+
+
+@pytest.mark.parametrize("sidecar", _WITH_BUDGET, ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_budget_numbers(sidecar: Path, report_of: Callable[[Path], dict]) -> None:
     expect = load_toml(sidecar)
     rep = _report(sidecar, report_of)
@@ -112,39 +121,144 @@ def test_snapshot_cotenants(sidecar: Path, report_of: Callable[..., dict]) -> No
     assert foreign == wanted
 
 
-@pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
-def test_recommended_fraction_lies_in_the_window(
-    sidecar: Path, report_of: Callable[..., dict]
-) -> None:
-    """Whenever the log gives the numbers, the window is reported and a recommended
-    --mem-fraction-static lies inside it (an empty window is said to be empty)."""
-    rep = _report(sidecar, report_of)
-    b = rep["budget"]
-    if b["engine"] == "vllm":
-        _check_utilization_window(rep)
-        return
-    if b["pre_gib"] is None or b["post_gib"] is None or b["mem_fraction_static"] is None:
-        return  # the log lacks the numbers: nothing to check
-    assert b["y_min"] is not None and b["y_max"] is not None and b["window_empty"] is not None
-    for action in rep["actions"]:
-        flag = action["flag"] or ""
-        if not flag.replace("_", "-").endswith("mem-fraction-static") or action["value"] is None:
+#: Where a budget input comes from: the sidecar's hand-checked [budget] (or [oom]) table, or,
+#: where the sidecar is silent, the report's own figure when the log prints it.
+Inputs = dict[str, float | None]
+
+
+def _inputs(sidecar: Path, rep: dict[str, Any], keys: dict[str, tuple[str, ...]]) -> Inputs:
+    """Each window input the log gives: the sidecar's value, or where the sidecar is silent the
+    report's when the log prints that figure (None: the log does not give it)."""
+    expect = load_toml(sidecar)
+    tables: list[dict[str, Any]] = [expect.get("budget", {}), expect.get("oom", {})]  # type: ignore[list-item]
+    text = _log(sidecar).read_text("utf-8", errors="replace")
+    out: Inputs = {}
+    for name, sidecar_keys in keys.items():
+        hand = next((t[k] for k in sidecar_keys for t in tables if k in t), None)
+        got = rep["budget"][name]
+        if hand is not None:
+            out[name] = float(hand)
+        elif got is not None and any(f in text for f in {f"{got:.2f}", f"{got:g}", f"{got}"}):
+            out[name] = float(got)
+        else:
+            out[name] = None
+    return out
+
+
+def _fraction_actions(rep: dict[str, Any], suffixes: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [
+        a for a in rep["actions"] if a["flag"] and a["flag"].replace("_", "-").endswith(suffixes)
+    ]
+
+
+def _no_value_without_basis(actions: list[dict[str, Any]], high: float | None) -> None:
+    """Without a window, a recommended value rests on a stated basis, or on the one bound known."""
+    for a in actions:
+        if a["value"] is None:
             continue
+        if high is not None:
+            assert a["value"] <= high + 1e-9, f"above the upper bound {high}: {a['text']}"
+        else:
+            assert a["basis"], f"a value without a basis and without a window: {a['text']}"
+
+
+def _window_shown(text: str, low: float | None, high: float | None, name: str) -> None:
+    flat = " ".join(text.split())
+    row = re.search(rf"window {name}_min – {name}_max (\S+) – (\S+)", flat)
+    if low is not None and high is not None:
+        assert row and row.groups() == (f"{low:.3f}", f"{high:.3f}"), flat[-2000:]
+    else:  # an unknown end: no window row with numbers
+        assert row is None or "unknown" in row.groups(), row and row.group(0)
+
+
+def _check_sglang_window(sidecar: Path, rep: dict[str, Any]) -> str:
+    b = rep["budget"]
+    given = _inputs(
+        sidecar,
+        rep,
+        {
+            "pre_gib": ("pre_gib",),
+            "post_gib": ("post_gib",),
+            "mem_fraction_static": ("mem_fraction_static",),
+        },
+    )
+    pre, post, y = given["pre_gib"], given["post_gib"], given["mem_fraction_static"]
+    actions = _fraction_actions(rep, ("mem-fraction-static",))
+    _window_shown(render(rep, "text"), b["y_min"], b["y_max"], "y")
+    if pre is None or post is None or y is None:
+        if pre is None or post is None:
+            assert b["y_min"] is None and b["y_min_basis"] is None, "y_min without pre and post"
+        if pre is None:
+            assert b["y_max"] is None and b["y_max_basis"] is None, "y_max without pre"
+        if b["y_min"] is None or b["y_max"] is None:
+            assert b["window_empty"] is None, "an empty/full window with an end unknown"
+        _no_value_without_basis(
+            _fraction_actions(rep, ("mem-fraction-static", "gpu-memory-fraction")), None
+        )
+        return "sglang: not given"
+    assert b["y_min"] is not None and b["y_max"] is not None, "pre, post and y give a window"
+    assert b["y_min_basis"] and b["y_max_basis"], "each bound says why"
+    y_zero = 1 - post / pre  # KV = post − (1 − y)·pre is 0 there (DESIGN §2)
+    assert b["y_min"] >= y_zero - 2e-3, f"y_min {b['y_min']} below the empty pool's {y_zero:.4f}"
+    assert 0 < b["y_max"] <= 1, b["y_max"]
+    assert b["window_empty"] == (b["y_min"] > b["y_max"])
+    for action in actions:
+        assert action["value"] is not None, f"the window is known, the value is not: {action}"
         if b["window_empty"]:
             assert "No value of" in action["text"] or "fits both bounds" in action["text"]
         else:
             in_effect = action["value"] * b["fraction_factor"]  # what SGLang makes of the flag
             assert b["y_min"] - 1e-3 <= in_effect <= b["y_max"] + 1e-3, action["text"]
+    return "sglang: window"
 
 
-def _check_utilization_window(rep: dict) -> None:
-    """vLLM: a recommended --gpu-memory-utilization lies in [u_min, u_max] when that is not empty."""
+def _check_utilization_window(sidecar: Path, rep: dict[str, Any]) -> str:
+    """vLLM: u_min needs u, the card's total and the KV cache; u_max needs the total."""
     b = rep["budget"]
-    for action in rep["actions"]:
-        if action["flag"] != "--gpu-memory-utilization" or action["value"] is None:
-            continue
-        if b["u_min"] is not None and b["u_max"] is not None and not b["window_empty"]:
+    given = _inputs(
+        sidecar,
+        rep,
+        {
+            "gpu_memory_utilization": ("gpu_memory_utilization",),
+            "capacity_gib": ("capacity_gib", "total_gib"),
+            "kv_gib": ("kv_gib",),
+        },
+    )
+    u, total, kv = given["gpu_memory_utilization"], given["capacity_gib"], given["kv_gib"]
+    actions = _fraction_actions(rep, ("gpu-memory-utilization",))
+    _window_shown(render(rep, "text"), b["u_min"], b["u_max"], "u")
+    if total is None:
+        assert b["u_max"] is None and b["u_max_basis"] is None, "u_max without the card's total"
+    if u is None or total is None or kv is None:
+        assert b["u_min"] is None and b["u_min_basis"] is None, "u_min without u, total and KV"
+        assert b["window_empty"] is None, "an empty/full window with an end unknown"
+        _no_value_without_basis(actions, b["u_max"])
+        return "vllm: not given"
+    assert b["u_min"] is not None and b["u_max"] is not None, "u, total and KV give a window"
+    assert b["u_min_basis"] and b["u_max_basis"], "each bound says why"
+    u_zero = u - kv / total  # the u at which the KV cache is empty
+    assert b["u_min"] >= u_zero - 2e-3, f"u_min {b['u_min']} below the empty cache's {u_zero:.4f}"
+    assert 0 < b["u_max"] <= 1, b["u_max"]
+    assert b["window_empty"] == (b["u_min"] > b["u_max"])
+    for action in actions:
+        if action["value"] is not None and not b["window_empty"]:
             assert b["u_min"] - 1e-9 <= action["value"] <= b["u_max"] + 1e-9, action["text"]
+    return "vllm: window"
+
+
+@pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_recommended_fraction_lies_in_the_window(
+    sidecar: Path, report_of: Callable[..., dict]
+) -> None:
+    """Where the log gives the window's inputs (per the sidecar), the window is reported, each
+    bound says why, and a recommended fraction lies inside it (an empty window is said to be
+    empty). Where it does not, the report invents neither a bound nor a value: the bounds are
+    null, the window is shown as unknown, and a recommended value rests on a stated basis."""
+    rep = _report(sidecar, report_of)
+    if rep["budget"]["engine"] == "vllm":
+        _check_utilization_window(sidecar, rep)
+    else:
+        _check_sglang_window(sidecar, rep)
 
 
 _WITH_ENGINE = [s for s in SIDECARS if "engine" in load_toml(s)]
