@@ -1,5 +1,8 @@
 """The engine (and the stack around it) told from any single line: one case per row of
-knowledge/engines.toml's kinds of evidence (sglang-logs.md §11, vllm-logs.md)."""
+knowledge/engines.toml's kinds of evidence (sglang-logs.md §11, vllm-logs.md).
+
+Every input is written from the templates of ../shared/reference/*.md (envelopes, messages, frames)
+with values of its own: none is a line of a real log (tests/test_no_copied_lines.py)."""
 
 from __future__ import annotations
 
@@ -14,16 +17,16 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     ("tms C++ line", [TMS], "sglang", {"torch_memory_saver"}),
     (
         "cumem C++ line",
-        ["CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"],
+        ["CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:163"],
         "vllm",
         {"vllm-sleep-mode"},
     ),
     (
         "PyTorch C++ envelope: any engine",
         [
-            "[rank1]:[W812 16:00:28.643448608 CUDACachingAllocator.cpp:3933] memory allocation "
-            "failed with OOM on device 1 while trying to allocate 20971520 bytes (free: 15794176, "
-            "total: 150111977472)."
+            "[rank2]:[W1126 04:51:09.118204377 CUDACachingAllocator.cpp:3934] memory allocation "
+            "failed with OOM on device 2 while trying to allocate 41943040 bytes (free: 28311552, "
+            "total: 85031714816)."
         ],
         None,
         set(),
@@ -31,7 +34,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "vLLM V1 engine core prefix + envelope",
         [
-            "(EngineCore_DP0 pid=2413) ERROR 09-12 08:31:55 [core.py:790] Invocation of wake_up method failed"
+            "(EngineCore_DP0 pid=5127) ERROR 03-02 14:06:31 [core.py:790] Invocation of wake_up method failed"
         ],
         "vllm",
         set(),
@@ -39,7 +42,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "vLLM V0 worker prefix, old envelope",
         [
-            "(VllmWorkerProcess pid=67) INFO 11-05 03:21:41 model_runner.py:1025] Loading model weights took 10.0714 GB"
+            "(VllmWorkerProcess pid=4121) INFO 03-14 09:12:07 model_runner.py:1071] Loading model weights took 14.9888 GB"
         ],
         "vllm",
         set(),
@@ -47,7 +50,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "vLLM 0.7.3 envelope alone",
         [
-            "INFO 02-20 10:00:00 worker.py:134] Sleep mode freed 61.20 GiB memory, 3.10 GiB memory is still in use."
+            "INFO 06-03 21:40:12 worker.py:134] Sleep mode freed 52.87 GiB memory, 2.44 GiB memory is still in use."
         ],
         "vllm",
         set(),
@@ -55,7 +58,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "a cut vLLM header",
         [
-            "[multiproc_executor.py:492] ValueError: Free memory on device (31.44/47.38 GiB) on startup is less than desired GPU memory utilization (0.95, 45.01 GiB)."
+            "[multiproc_executor.py:511] ValueError: Free memory on device (12.80/79.19 GiB) on startup is less than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
         ],
         "vllm",
         set(),
@@ -63,14 +66,14 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "SGLang envelope with rank tags",
         [
-            "[2025-08-01 10:15:02 DP1 TP1 EP1] Decode batch. #running-req: 3, #token: 100, token usage: 0.01, gen throughput (token/s): 9.00, #queue-req: 0"
+            "[2025-10-17 06:33:48 DP1 TP1 EP1] Decode batch. #running-req: 7, #token: 4182, token usage: 0.03, gen throughput (token/s): 211.40, #queue-req: 0"
         ],
         "sglang",
         set(),
     ),
     (
         "SGLang 0.3.x time-only envelope",
-        ["[10:15:02 TP0] Prefill out of memory. Try to lower your batch size."],
+        ["[18:42:57 TP1] Prefill out of memory. Try to lower your batch size."],
         "sglang",
         set(),
     ),
@@ -83,7 +86,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "SGLang Omni envelope",
         [
-            "2026-06-24 16:30:22,323 [INFO] sglang_omni.pipeline.stage_workers: StageGroup thinker: spawned 1 process(es) (pids=[4380])"
+            "2026-05-08 11:02:45,917 [INFO] sglang_omni.pipeline.stage_workers: StageGroup thinker: spawned 1 process(es) (pids=[6021])"
         ],
         "sglang-omni",
         set(),
@@ -91,7 +94,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "vLLM-Omni stage engine",
         [
-            "(StageEngineCoreProc_stage0_replica0 pid=7) INFO 08-30 12:00:00 [core.py:90] [Stage-0] engine started"
+            "(StageEngineCoreProc_stage0_replica0 pid=318) INFO 01-22 19:14:03 [core.py:90] [Stage-0] engine started"
         ],
         "vllm-omni",
         set(),
@@ -99,7 +102,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "vLLM-Omni diffusion worker",
         [
-            "(DiffusionWorker pid=2604) ERROR 08-30 12:05:57 [stage_diffusion_proc.py:670] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 260.00 MiB."
+            "(DiffusionWorker pid=5310) ERROR 02-11 17:42:09 [diffusion_worker.py:245] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB."
         ],
         "vllm-omni",
         set(),
@@ -107,7 +110,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "verl actor around an SGLang line",
         [
-            "(WorkerDict pid=12504) [2025-05-09 20:58:44] Received sigquit from a child process. It usually means the child failed."
+            "(WorkerDict pid=88317) [2025-11-20 04:17:36] Received sigquit from a child process. It usually means the child failed."
         ],
         "sglang",
         {"verl"},
@@ -115,8 +118,8 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "OpenRLHF actors around vLLM frames",
         [
-            '(ActorModelRayActor pid=348952)   File "/usr/local/lib/python3.10/dist-packages/vllm/device_allocator/cumem.py", line 207, in wake_up',
-            "(ActorModelRayActor pid=348952) RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+            '(ActorModelRayActor pid=71904)   File "/opt/conda/lib/python3.11/site-packages/vllm/device_allocator/cumem.py", line 184, in wake_up',
+            "(ActorModelRayActor pid=71904) RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:66",
         ],
         "vllm",
         {"openrlhf", "vllm-sleep-mode"},
@@ -124,23 +127,21 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "slime memory checkpoint: a stack part, no engine",
         [
-            "[Rank 0] Memory-Usage before wake_up model: {'gpu': '0', 'total_GB': 79.19, 'free_GB': 2.31}"
+            "[Rank 3] Memory-Usage before wake_up model: {'gpu': '3', 'total_GB': 139.81, 'free_GB': 4.06, 'used_GB': 135.75, 'allocated_GB': 0.0, 'reserved_GB': 0.0}"
         ],
         None,
         {"slime"},
     ),
     (
         "Ascend trailer: hardware, no engine",
-        [
-            "[ERROR] 2026-01-07-02:38:42 (PID:1692557, Device:0, RankID:-1) ERR00006 PTA memory error"
-        ],
+        ["[ERROR] 2026-04-15-13:27:08 (PID:408112, Device:1, RankID:1) ERR00006 PTA memory error"],
         None,
         {"ascend-npu"},
     ),
     (
         "an NPU OOM line alone",
         [
-            "RuntimeError: NPU out of memory. Tried to allocate 226.00 MiB (NPU 2; 60.96 GiB total capacity; 58.13 GiB already allocated; 97.16 MiB free; 58.42 GiB reserved in total by PyTorch)"
+            "RuntimeError: NPU out of memory. Tried to allocate 1.50 GiB (NPU 1; 60.96 GiB total capacity; 57.02 GiB already allocated; 57.02 GiB current active; 812.00 MiB free; 59.40 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation."
         ],
         None,
         {"ascend-npu"},
@@ -148,7 +149,7 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "an SGLang frame",
         [
-            '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", line 2011, in run_scheduler_process',
+            '  File "/opt/conda/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 2467, in run_scheduler_process',
             "ValueError: boom",
         ],
         "sglang",
@@ -157,8 +158,8 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "a vLLM-Ascend frame",
         [
-            '  File "/opt/vllm_ascend/worker/model_runner_v1.py", line 1200, in execute_model',
-            "RuntimeError: NPU out of memory. NPUWorkspaceAllocator tried to allocate 180.00 MiB(NPU 0; 60.96 GiB total capacity; 89.51 MiB free).",
+            '  File "/usr/local/python3.11/site-packages/vllm_ascend/worker/model_runner_v1.py", line 1846, in execute_model',
+            "RuntimeError: NPU out of memory. NPUWorkspaceAllocator tried to allocate 512.00 MiB(NPU 3; 60.96 GiB total capacity; 301.25 MiB free). If you want to reduce memory usage, take a try to set the environment variable TASK_QUEUE_ENABLE=1.",
         ],
         "vllm-ascend",
         {"ascend-npu"},
@@ -166,8 +167,8 @@ CASES: list[tuple[str, list[str], str | None, set[str]]] = [
     (
         "SGLang 0.3.x imports vLLM: the outermost frame decides",
         [
-            '  File "/env/lib/python3.12/site-packages/sglang/srt/managers/tp_worker_overlap_thread.py", line 111, in forward_thread_func',
-            '  File "/env/lib/python3.12/site-packages/vllm/utils.py", line 928, in _patched_set_stream',
+            '  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/managers/tp_worker_overlap_thread.py", line 104, in forward_thread_func',
+            '  File "/usr/local/lib/python3.10/dist-packages/vllm/utils.py", line 1197, in _patched_set_stream',
             "RuntimeError: CUDA error: out of memory",
         ],
         "sglang",

@@ -90,10 +90,10 @@ def test_allowed_clause_in_current_form() -> None:
 
 
 def test_truncated_message_keeps_what_is_there() -> None:
-    text = "CUDA out of memory. Tried to allocate 3.10 GiB. GPU 0 has a total capacity of 31.36 GiB of which 858.75 MiB is free. ..."
+    text = "CUDA out of memory. Tried to allocate 2.48 GiB. GPU 0 has a total capacity of 23.55 GiB of which 612.94 MiB is free. ..."
     oom = parse_oom(text)
-    assert oom.requested_gib == pytest.approx(3.10)
-    assert oom.free_gib == pytest.approx(858.75 / 1024)
+    assert oom.requested_gib == pytest.approx(2.48)
+    assert oom.free_gib == pytest.approx(612.94 / 1024)
     assert oom.allocated_gib is None
     assert not oom.complete
     assert not needs_more(text)  # the user's "..." says nothing more is coming
