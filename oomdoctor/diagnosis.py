@@ -12,6 +12,7 @@ from oomdoctor.rules.schema import Finding
 if TYPE_CHECKING:  # loaded only when there is GPU state or an OOM to judge
     from oomdoctor.gpu.view import GpuView
     from oomdoctor.judge.oom import OomJudgement
+    from oomdoctor.judge.records import Decision
 
 
 class Diagnosis(NamedTuple):
@@ -26,3 +27,6 @@ class Diagnosis(NamedTuple):
     gpu: GpuView | None = None  # None: not asked for (--no-gpu)
     capture: Mapping[str, Scalar] | None = None  # live runs: when the crash and snapshot happened
     oom: OomJudgement | None = None  # the failed allocation's numbers, judged (judge.oom)
+    phase: Decision | None = None  # when the diagnosed failure happened, and what decided it
+    site: Decision | None = None  # where it happened, and what decided it
+    phase_rival: Decision | None = None  # a weaker source that says another phase

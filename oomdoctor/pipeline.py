@@ -211,7 +211,7 @@ def diagnose(
     primary = incident.primary
     feats = features.compute(judgement)
     findings = engine.evaluate(rules, feats)
-    v = verdict.decide(findings, incident, bud, primary)
+    v = verdict.decide(findings, incident, bud, primary, feats)
     top = findings[0].rule if findings else None
     ctx = Context(incident, bud, primary, feats, view, top.remedy if top else None, judged)
     actions = advise(top.advice if top else None, ctx)
@@ -225,6 +225,9 @@ def diagnose(
         notices=notices,
         gpu=view,
         oom=judged,
+        phase=judgement.phase,
+        site=judgement.site,
+        phase_rival=judgement.phase_rival,
     )
 
 

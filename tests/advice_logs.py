@@ -592,3 +592,31 @@ OMNI_PLACEMENT_CAPACITY = (
     "total_reserve_bytes 12.00GiB = 141.17GiB. Lower the stage budgets or move a stage to another "
     "GPU.\n"
 )
+
+# -- static footprint: an OOM before the KV pool that no frame places --------------------------
+
+_STATIC_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 260.00 MiB. GPU 0 has a total "
+    "capacity of 23.53 GiB of which 118.44 MiB is free. Including non-PyTorch memory, this process "
+    "has 23.39 GiB memory in use. Of the allocated memory 22.96 GiB is allocated by PyTorch, and "
+    "41.55 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
+    "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+    "documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n"
+)
+
+#: SGLang with TP2 in its args, the OOM message (no private pools: before capture).
+SG_STATIC_OOM = (
+    "[2025-09-14 10:11:20] server_args=ServerArgs(model_path='Qwen/Qwen2.5-32B-Instruct', "
+    "tokenizer_path='Qwen/Qwen2.5-32B-Instruct', context_length=32768, "
+    "mem_fraction_static=0.85, chunked_prefill_size=4096, tp_size=2, pp_size=1)\n" + _STATIC_OOM
+)
+
+#: vLLM V0 with TP2 in its args, the same message.
+VL_STATIC_OOM = (
+    "INFO 03-10 09:12:33 api_server.py:912] vLLM API server version 0.7.3\n"
+    + _VL0_ARGS
+    + "ERROR 03-10 09:13:40 engine.py:400] "
+    + _STATIC_OOM
+)
+VL_STATIC_OOM_BARE = VL_STATIC_OOM.replace(_VL0_ARGS, "")

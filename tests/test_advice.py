@@ -196,6 +196,29 @@ COMPUTED = [
         ("--tensor-parallel-size (today 2)", "--gpu-memory-utilization only sizes"),
         id="weights-vllm",
     ),
+    # -- static_footprint ------------------------------------------------------------------------
+    # this process 23.39 of the 23.53 GiB card, 260 MiB asked before the pool: TP2 -> 4.
+    pytest.param(
+        "static_footprint/sglang",
+        "SG_STATIC_OOM",
+        Want(
+            1,
+            "--tp-size",
+            "raise",
+            4,
+            2,
+            lead=("held 23.39 GiB of the 23.53 GiB card", "--mem-fraction-static only sizes"),
+        ),
+        ("--tp-size 4 halves them",),
+        id="static-sglang",
+    ),
+    pytest.param(
+        "static_footprint/vllm",
+        "VL_STATIC_OOM",
+        Want(1, "--tensor-parallel-size", "raise", 4, 2, lead=("when 260.00 MiB more was asked",)),
+        ("(today 2)",),
+        id="static-vllm",
+    ),
     # -- lower_mem_fraction --------------------------------------------------------------------
     # y 0.85, pre 78.00, post 18.00; asked 2.50 GiB with 0.50 free: shortfall 2.00. Dynamic share
     # 0.15·78 = 11.70, margin max(1, 1.17) = 1.17. 0.85 − 3.17/78 = 0.8094 -> round_down 0.80,
@@ -588,6 +611,20 @@ DEGRADED = [
         Want(0, None, None, absent=("today",)),
         ("raise --tensor-parallel-size,",),
         id="weights-vllm",
+    ),
+    pytest.param(
+        "static_footprint/sglang",
+        "sglang-0.5.2/startup-oom-message-only.log",
+        Want(1, "--tp-size", "raise", absent=("today's --tp-size 1",)),
+        ("twice today's --tp-size",),
+        id="static-sglang",
+    ),
+    pytest.param(
+        "static_footprint/vllm",
+        "VL_STATIC_OOM_BARE",
+        Want(1, "--tensor-parallel-size", "raise", absent=("today",)),
+        ("raise --tensor-parallel-size.",),
+        id="static-vllm",
     ),
     # The OOM's own numbers survive: 2.00 GiB short + the 1 GiB minimum margin = 3.00 GiB.
     pytest.param(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from oomdoctor.advice import omni, other, vllm_other
+from oomdoctor.advice import omni, other, static, vllm_other
 from oomdoctor.advice import sglang_fraction as fraction
 from oomdoctor.advice import vllm_fraction as vllm
 from oomdoctor.advice.context import Context
@@ -30,6 +30,7 @@ REGISTRY: Mapping[str, Mapping[str, Generator]] = MappingProxyType(
             "sglang": fraction.weights_do_not_fit,
             "vllm": vllm_other.weights_do_not_fit,
         },
+        "static_footprint": {"sglang": static.sglang, "vllm": static.vllm},
         "lower_mem_fraction": {"sglang": fraction.lower_fraction, "vllm": vllm.lower_utilization},
         "graph_capture": {"sglang": fraction.graph_capture, "vllm": vllm.graph_capture},
         "free_gpu": {"sglang": other.free_gpu, "vllm": vllm_other.free_gpu},

@@ -57,6 +57,7 @@ def observe(launch: Launch, stream: Stream, line: Line, opener: Line | None) -> 
     ]
     if stats.last_retraction is not None and stats.last_retraction.seq < line.seq:
         served.append(stats.last_retraction)
+    served.extend(f.line for f in launch.facts.get("vllm_stats", ())[-1:] if f.line.seq < line.seq)
     return Clues(
         warmup=stream.warmup,
         ready=ready,

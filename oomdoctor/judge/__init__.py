@@ -41,6 +41,7 @@ class Judgement(NamedTuple):
     oom: OomJudgement | None
     site: Decision | None = None  # the diagnosed failure's, with what decided it
     phase: Decision | None = None
+    phase_rival: Decision | None = None  # a weaker source that says another phase
 
 
 def placed(
@@ -52,7 +53,7 @@ def placed(
     done: list[Failure] = []
     primary: Placement | None = None
     for failure in incident.failures:
-        p = place(failure, table)
+        p = place(failure, table, incident.server_args, incident.engine)
         done.append(failure._replace(site=p.site.value, phase=p.phase.value, site_frame=p.frame))
         if failure is incident.primary:
             primary = p
@@ -78,6 +79,7 @@ def judge(
         oom.judge(incident, bud, primary, server),
         placement.site if placement else None,
         placement.phase if placement else None,
+        placement.phase_rival if placement else None,
     )
 
 

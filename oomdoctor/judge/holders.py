@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 from oomdoctor.model import Holder, Incident, OomMessage
 
+#: Why "this process" is the server: the message's own clause says so.
+OWN_CLAUSE = "PyTorch's own clause"
 #: Non-PyTorch memory of a serving process: CUDA context, NCCL/cuBLAS workspaces, graphs (GiB).
 MAX_NON_PYTORCH_GIB = 6.0
 #: A holder this small on a TP server is usually a peer rank's CUDA context, not a co-tenant.
@@ -48,6 +50,7 @@ def judge(
     siblings: Mapping[int, str],
     server_pids: frozenset[int] = frozenset(),
     tensor_parallel: bool = False,
+    own_pid: int | None = None,
 ) -> HolderView:
     """Label every holder in an OOM message as self, sibling stage, peer rank or foreign."""
     holders: list[Holder] = []
@@ -66,18 +69,14 @@ def judge(
             )
             estimated = True
         else:
-            holders.append(Holder(None, oom.this_process_gib, "self", "PyTorch's own clause"))
-    self_pid = _self_match(oom) if oom.this_process_gib is None else None
+            holders.append(Holder(None, oom.this_process_gib, "self", OWN_CLAUSE))
+    self_pid, self_why = _self_match(oom, own_pid) if oom.this_process_gib is None else (None, "")
     for pid, gib in oom.processes:
-        if pid in siblings:
+        if pid == self_pid:
+            holders.append(Holder(pid, gib, "self", self_why))
+        elif pid in siblings:
             holders.append(
                 Holder(pid, gib, "sibling", f"the {siblings[pid]} stage of the same pipeline")
-            )
-        elif pid == self_pid:
-            holders.append(
-                Holder(
-                    pid, gib, "self", "its size matches PyTorch's reserved memory (container PID)"
-                )
             )
         elif pid in server_pids:
             holders.append(Holder(pid, gib, "peer", "a process of this server named in the log"))
@@ -114,29 +113,55 @@ def _torch_side(oom: OomMessage) -> float | None:
     return None
 
 
-def _self_match(oom: OomMessage) -> int | None:
-    """The PID among ``Process N`` clauses that is the failing process itself, if one fits."""
+def _self_match(oom: OomMessage, own_pid: int | None = None) -> tuple[int | None, str]:
+    """The PID among ``Process N`` clauses that is the failing process itself, and why.
+
+    Inside a container NVML reports host PIDs, so PyTorch prints the failing process as a
+    ``Process N`` too. It holds at least what its allocator holds (allocated + reserved), and
+    used memory is the sum of the holders: when the memory no clause accounts for is less than
+    that, the process must be one of the listed ones, and only the holders at least that large
+    can be it."""
     if not oom.processes:
-        return None
-    reserved = None
-    if oom.allocated_gib is not None:
-        reserved = oom.allocated_gib + (oom.reserved_unallocated_gib or 0.0)
+        return None, ""
+    for pid, _ in oom.processes:
+        if own_pid is not None and pid == own_pid:
+            return pid, f"the failing line's own prefix names PID {pid}"
+    torch_side = _torch_side(oom)
+    used = (
+        oom.total_gib - oom.free_gib
+        if oom.total_gib is not None and oom.free_gib is not None
+        else None
+    )
+    if torch_side is None:
+        if len(oom.processes) == 1 and used is not None:
+            # Truncated message: a single holder that accounts for all used memory is the server.
+            pid, gib = oom.processes[0]
+            if abs(used - gib) <= 1.5:
+                return pid, (
+                    f"the only holder, and it holds all the used memory ({gib:.2f} of "
+                    f"{used:.2f} GiB used)"
+                )
+        return None, ""
+    large = [(pid, gib) for pid, gib in oom.processes if gib >= torch_side - 0.05]
+    unlisted = used - sum(g for _, g in oom.processes) if used is not None else None
+    if len(large) == 1 and unlisted is not None and unlisted < torch_side - 0.05:
+        pid, gib = large[0]
+        return pid, (
+            f"this process holds at least the {torch_side:.2f} GiB its allocator holds, and only "
+            f"{max(unlisted, 0.0):.2f} GiB of the {used:.2f} GiB used is outside the listed "
+            f"processes: it must be one of them, and only PID {pid} ({gib:.2f} GiB) is that large"
+        )
     best: tuple[float, int] | None = None
-    for pid, gib in oom.processes:
-        if reserved is None:
-            continue
-        overhead = gib - reserved
-        fits = -0.05 <= overhead <= max(MAX_NON_PYTORCH_GIB, 0.1 * gib)
-        if fits and (best is None or overhead < best[0]):
+    for pid, gib in large:
+        overhead = gib - torch_side
+        if overhead <= max(MAX_NON_PYTORCH_GIB, 0.1 * gib) and (best is None or overhead < best[0]):
             best = (overhead, pid)
     if best is not None:
-        return best[1]
-    if reserved is None and len(oom.processes) == 1 and oom.total_gib and oom.free_gib is not None:
-        # Truncated message: a single holder that accounts for all used memory is the server.
-        pid, gib = oom.processes[0]
-        if abs(oom.total_gib - oom.free_gib - gib) <= 1.5:
-            return pid
-    return None
+        return best[1], (
+            f"its size matches what this process's allocator holds ({torch_side:.2f} GiB plus "
+            f"{best[0]:.2f} GiB of CUDA context and workspaces): the container's view of itself"
+        )
+    return None, ""
 
 
 def sibling_pids(incident: Incident) -> dict[int, str]:

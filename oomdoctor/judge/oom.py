@@ -47,6 +47,7 @@ def judge(
         holders.sibling_pids(incident),
         server_pids,
         tensor_parallel=(isinstance(tp, int) and tp > 1) or len(incident.ranks) > 1,
+        own_pid=primary.line.actor_pid,
     )
     requested, free, total = oom.requested_gib, oom.free_gib, oom.total_gib
     shortfall = max(requested - free, 0.0) if requested is not None and free is not None else None

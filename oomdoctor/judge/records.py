@@ -2,7 +2,13 @@
 
 from typing import NamedTuple
 
-from oomdoctor.model import Line
+from oomdoctor.model import Frame, Line
+
+
+def frame_name(frame: Frame) -> str:
+    """A frame as a report names it: the file's last two path parts, its line and function."""
+    parts = frame.path.replace("\\", "/").rsplit("/", 2)
+    return f"{'/'.join(parts[-2:])}:{frame.lineno} {frame.func}"
 
 
 class Decision(NamedTuple):

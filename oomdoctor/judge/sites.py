@@ -53,16 +53,25 @@ def classify(
     return "unknown", None
 
 
-def phase_of(
+def phase_mark(
     frames: Sequence[Frame], knowledge: Knowledge | None = None, texts: Sequence[str] = ()
-) -> str | None:
+) -> tuple[str, Frame | None] | None:
     """``startup`` when any frame or text has a startup mark, else ``running`` for a serving
-    loop's mark, else None (the traceback does not say)."""
+    loop's mark, with the frame that has it (None for a text); None when nothing is marked."""
     table = (knowledge or builtin()).phases
     probes = [_probe(f) for f in frames]
     for marks in table:
-        if any(_frame_match(marks, f, p) for f, p in zip(frames, probes, strict=False)):
-            return marks.name
+        for f, p in zip(frames, probes, strict=False):
+            if _frame_match(marks, f, p):
+                return marks.name, f
         if _text_match(marks, texts):
-            return marks.name
+            return marks.name, None
     return None
+
+
+def phase_of(
+    frames: Sequence[Frame], knowledge: Knowledge | None = None, texts: Sequence[str] = ()
+) -> str | None:
+    """The phase name of phase_mark (None: the traceback does not say)."""
+    mark = phase_mark(frames, knowledge, texts)
+    return mark[0] if mark else None

@@ -29,13 +29,14 @@ from oomdoctor.model.log import (
     Scalar,
     number,
 )
-from oomdoctor.model.verdict import Action, Verdict
+from oomdoctor.model.verdict import Action, Alternative, Verdict
 
 __all__ = [
     "CATEGORIES",
     "EMPTY",
     "OOM_CATEGORIES",
     "Action",
+    "Alternative",
     "Budget",
     "Clues",
     "Fact",

@@ -23,9 +23,19 @@ class Action(NamedTuple):
     alternative: bool = False
 
 
+class Alternative(NamedTuple):
+    """The category the log cannot rule out, how likely it is, and what would settle it."""
+
+    category: str
+    confidence: float
+    question: str
+
+
 class Verdict(NamedTuple):
     category: str
     confidence: float
     summary: str
     rule: str | None = None
     explanation: Mapping[str, str] = EMPTY  # what/why/remedy from the rule
+    #: when the log cannot decide: the runner-up (at most one) and the question that settles it
+    alternatives: tuple[Alternative, ...] = ()

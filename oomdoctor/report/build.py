@@ -16,6 +16,7 @@ from oomdoctor.knowledge import family
 from oomdoctor.model import Failure, Line, SglangBudget
 from oomdoctor.report import picture
 from oomdoctor.report.budget_json import budget_dict
+from oomdoctor.report.judgement_json import judgement_dict
 from oomdoctor.report.secrets import cut
 
 if TYPE_CHECKING:
@@ -231,7 +232,12 @@ def build_report(diag: Diagnosis) -> dict[str, Any]:
             "summary": v.summary,
             "rule": v.rule,
             **{k: v.explanation.get(k) for k in ("what", "why", "remedy")},
+            "alternatives": [
+                {"category": a.category, "confidence": a.confidence, "question": a.question}
+                for a in v.alternatives
+            ],
         },
+        "judgement": judgement_dict(diag),
         "failure": _failure_dict(primary, sources),
         "actions": [
             {

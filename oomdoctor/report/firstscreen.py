@@ -4,6 +4,7 @@ a launch-flag diff, the figures the OOM message itself gives, and the budget row
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from oomdoctor.report.labels import one_line
@@ -48,8 +49,19 @@ class OomRows(NamedTuple):
         return bool(self.request or self.card)
 
 
-def oom_rows(failure: dict[str, Any] | None) -> OomRows:
+#: How the OOM table names a listed process whose owner the judgement decided.
+_WHOSE = MappingProxyType(
+    {"self": " (this server)", "sibling": " (a stage)", "peer": " (a peer rank)", "foreign": ""}
+)
+
+
+def oom_rows(failure: dict[str, Any] | None, judgement: dict[str, Any] | None = None) -> OomRows:
+    """The OOM message's figures; each listed process says whose it is where the judgement
+    stage decided (a container prints the server itself as `Process N`)."""
     oom = (failure or {}).get("oom")
+    roles = {
+        h["pid"]: h["role"] for h in (judgement or {}).get("holders") or () if h["pid"] is not None
+    }
     rows = OomRows([], [])
     if not oom:
         return rows
@@ -67,7 +79,8 @@ def oom_rows(failure: dict[str, Any] | None) -> OomRows:
         rows.card.append(("this process", size(oom["this_process_gib"])))
     for p in oom.get("processes") or []:
         gib = p["gib"]
-        rows.card.append((f"process {p['pid']}", size(gib) if gib is not None else "in use"))
+        whose = _WHOSE.get(roles.get(p["pid"], ""), "")
+        rows.card.append((f"process {p['pid']}{whose}", size(gib) if gib is not None else "in use"))
     for key, label in (
         ("allocated_gib", "allocated by PyTorch"),
         ("private_pools_gib", "in private pools (CUDA graphs)"),

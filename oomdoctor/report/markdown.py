@@ -47,6 +47,7 @@ def render(report: dict[str, Any]) -> str:
         oom_rows,
         rank_table,
     )
+    from oomdoctor.report.judgement_json import decided_rows
 
     env.filters["gib"] = gib_text
     env.filters["num"] = num_text
@@ -57,7 +58,8 @@ def render(report: dict[str, Any]) -> str:
         "budget_title": title[:1].upper() + title[1:],
         "budget_rows": shown,
         "budget_missing": missing,
-        "oom": oom_rows(report.get("failure")),
+        "oom": oom_rows(report.get("failure"), report.get("judgement")),
         "ranks": rank_table(report["budget"]),
+        "decided": decided_rows(report.get("judgement")),
     }
     return env.get_template("report.md.j2").render(r=report, fs=first)

@@ -18,6 +18,7 @@ from oomdoctor.report.firstscreen import (
     oom_rows,
     rank_table,
 )
+from oomdoctor.report.judgement_json import decided_by_line
 from oomdoctor.report.labels import holder_label, one_line, visible_tree
 from oomdoctor.report.secrets import MASK
 
@@ -186,6 +187,11 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     head.append(f"  ({v['confidence'] * 100:.0f}% confidence)")
     console.print(head)
     console.print(Text(v["summary"]))
+    for alt in v.get("alternatives") or ():
+        console.print(
+            Text(f"Or {alt['category']} ({alt['confidence'] * 100:.0f}%): ", style="bold")
+            + Text(alt["question"])
+        )
     console.print()
 
     console.print(Text("What to change", style="bold underline"))
@@ -218,7 +224,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
                 ]
                 console.print(Text("  ".join(cells), style="bold" if n == 0 else ""))
         console.print()
-    elif oom := oom_rows(report.get("failure")):
+    elif oom := oom_rows(report.get("failure"), report.get("judgement")):
         _oom_table(console, oom)
         console.print()
 
@@ -232,12 +238,19 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     )
     if not report["findings"]:
         console.print(Text("No rule fired."))
+    decided = decided_by_line(report.get("judgement"), inferred_only=True)
+    cited = {e["line"] for f in report["findings"][:1] for e in f["evidence"]}
+    for number, label in decided.items():
+        if number not in cited:  # what decided a judgement, where no evidence line shows it
+            console.print(Text(f"  {number}: ", style="cyan") + Text(one_line(label)))
     for n, f in enumerate(report["findings"]):
         if n:  # the winner's title is the summary above; the others say what they saw
             console.print(Text(f"[{f['rule']}] ", style="bold") + Text(f["title"]))
         for e in f["evidence"]:
             where = one_line(("" if one else f"{e['source']}:") + str(e["line"]))
             where += f" [{e['rank']}]" if e.get("rank") else ""
+            if n == 0 and e["line"] in decided:  # the judgement this line decided, first
+                where += f" [{one_line(decided[e['line']])}]"
             room = max(width - len(where) - 4, 40)  # one terminal row each: the JSON has more
             text = one_line(e["text"])  # a log line is one line: a newline in it starts none
             masked = text.rfind(MASK)  # a mask the redaction count includes stays in view

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from oomdoctor.model import Line
 from oomdoctor.rules.features import Feature
-from oomdoctor.rules.schema import Condition, Evidence, Finding, Rule
+from oomdoctor.rules.schema import Condition, Doubt, Evidence, Finding, Rule
 
 MAX_EVIDENCE_LINES = 8
 
@@ -50,12 +50,22 @@ def _holds(cond: Condition, features: Mapping[str, Feature]) -> bool:
     raise ValueError(f"unknown operator {op}")  # rules.py validates; this is a bug
 
 
-def fires(rule: Rule, features: Mapping[str, Feature]) -> bool:
+def _all_any_none(rule: Rule | Doubt, features: Mapping[str, Feature]) -> bool:
     if not all(_holds(c, features) for c in rule.all):
         return False
     if rule.any and not any(_holds(c, features) for c in rule.any):
         return False
     return not any(_holds(c, features) for c in rule.none)
+
+
+def fires(rule: Rule, features: Mapping[str, Feature]) -> bool:
+    return _all_any_none(rule, features)
+
+
+def doubt_of(rule: Rule, features: Mapping[str, Feature]) -> Doubt | None:
+    """The first of the rule's doubts whose conditions hold (None: the evidence is as strong as
+    the rule's confidence says)."""
+    return next((d for d in rule.doubts if _all_any_none(d, features)), None)
 
 
 def evaluate(rules: Sequence[Rule], features: Mapping[str, Feature]) -> tuple[Finding, ...]:

@@ -50,6 +50,11 @@ FEATURE_DOCS: Mapping[str, str] = MappingProxyType(
         "failure.phase": "startup, warmup, running or unknown",
         "failure.site": "where it failed: weights, kv_pool, graph_capture, encoder, logits, "
         "sampling, comm, forward, unknown",
+        "failure.phase_strength": "how firmly the log says when it failed: 0 (nothing says) to 1 "
+        "(in so many words); 0.45 is the OOM message's private-pool clue alone",
+        "failure.phase_rival": "the phase a weaker source of the log says, when it disagrees",
+        "failure.site_strength": "how firmly the log says where it failed: 0 to 1 (0.6: a name "
+        "heuristic, 0.85: a known frame or text)",
         "failure.message": "the failure's message text",
         "failure.ranks": "how many ranks printed the failure",
         "startup_kv.error": "SGLang refused to build the KV pool (not enough memory / negative profile)",
@@ -72,6 +77,8 @@ FEATURE_DOCS: Mapping[str, str] = MappingProxyType(
         "PIDs: the other holders may be its own stages",
         "oom.foreign_explains": "the foreign holders alone account for the shortfall",
         "oom.self_holds_card": "the failing process holds nearly all used memory",
+        "startup.step": "the last startup checkpoint the failing rank printed before the failure: "
+        "load_begin, load_end, kv_allocated, pool_end, graph_begin, graph_end, or null",
         "capture.failed": "a CUDA-graph capture failed",
         "capture.reason_oom": "the capture failed for lack of memory",
         "tp_imbalance": "SGLang's TP memory-imbalance check fired",
@@ -151,6 +158,11 @@ def compute(judgement: Judgement) -> dict[str, Feature]:
     put("failure.present", primary is not None, where)
     put("failure.kind", primary.kind if primary else None, where)
     put("failure.phase", primary.phase if primary else None, where)
+    phase, site = judgement.phase, judgement.site
+    put("failure.phase_strength", phase.strength if phase else 0.0, phase.line if phase else None)
+    rival = judgement.phase_rival
+    put("failure.phase_rival", rival.value if rival else None, rival.line if rival else None)
+    put("failure.site_strength", site.strength if site else 0.0)
     site_frame = primary.site_frame if primary else None
     put(
         "failure.site",
@@ -173,6 +185,12 @@ def compute(judgement: Judgement) -> dict[str, Feature]:
         primary is not None and primary.site == "graph_capture" and primary.oom is not None
     )
     put("capture.failed", bool(captures) or capture_oom, *(c.line for c in captures[:2]))
+    clues = primary.clues if primary else None
+    put(
+        "startup.step",
+        clues.checkpoint if clues else None,
+        clues.checkpoint_line if clues else None,
+    )
     put("capture.reason_oom", capture_oom, where if capture_oom else None)
     put("tp_imbalance", kind == "tp_imbalance", where if kind == "tp_imbalance" else None)
     logical = kind in ("logical_kv_failure", "req_slot_failure")

@@ -6,7 +6,6 @@ runs; a rule set is either entirely valid or refused.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Iterable
@@ -16,12 +15,11 @@ from typing import Any
 from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.knowledge import RESERVED_FILES, toml_file
 from oomdoctor.model import CATEGORIES
-from oomdoctor.rules.features import FEATURE_DOCS
+from oomdoctor.rules import conditions
 from oomdoctor.rules.schema import (
     ADVICE_KINDS,
     DOC_KEYS,
     ID,
-    OPS,
     TOP_KEYS,
     Condition,
     FixtureRef,
@@ -163,9 +161,15 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
             if key not in conds:
                 err(f'unknown key "{key}" in [when] (use all, any, none)', key, "when")
         for group in conds:
-            conds[group] = _conditions(when.get(group, []), group, kinds, pattern_names, err)
+            conds[group] = conditions.parse(when.get(group, []), group, kinds, pattern_names, err)
         if not conds["all"] and not conds["any"]:
             err('[when] needs at least one condition in "all" or "any"', "when")
+
+    doubts = conditions.doubts(data.get("doubt", []), kinds, pattern_names, err)
+    question = docs.get("question", "") if isinstance(docs, dict) else ""
+    if not isinstance(question, str):
+        err('[docs] "question" must be text', "question", "docs")
+        question = ""
 
     fixtures = data.get("fixtures")
     fire: tuple[FixtureRef, ...] = ()
@@ -201,6 +205,8 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
         fire=fire,
         silent=silent,
         path=path,
+        doubts=doubts,
+        question=question.strip(),
     )
 
 
@@ -241,100 +247,6 @@ def _patterns(raw: Any, rid: str, err: Any, places: list[str]) -> tuple[RulePatt
         where = places[min(index, len(places) - 1)]
         out.append(RulePattern(rid, name, anchor, compiled, where))
     return tuple(out)
-
-
-def _known(key: str, kinds: set[str], pattern_names: set[str]) -> bool:
-    if key in FEATURE_DOCS or key in pattern_names:
-        return True
-    return key.startswith("fact.") and key[5:] in kinds
-
-
-def _conditions(
-    raw: Any, group: str, kinds: set[str], pattern_names: set[str], err: Any
-) -> tuple[Condition, ...]:
-    if not isinstance(raw, list):
-        err(f'[when] "{group}" must be a list', group, "when")
-        return ()
-    out: list[Condition] = []
-    for item in raw:
-        key: Any
-        if isinstance(item, str):
-            key, op, operand = item, "truthy", None
-        elif isinstance(item, dict):
-            key = item.get("key")
-            ops = [k for k in item if k != "key"]
-            if len(ops) != 1 or ops[0] not in OPS:
-                err(
-                    f'a condition needs "key" and exactly one of {", ".join(OPS)}; got {sorted(item)}',
-                    group,
-                    "when",
-                )
-                continue
-            op, operand = ops[0], item[ops[0]]
-            wrong = _operand_problem(op, operand)
-            if wrong is not None:
-                err(f"condition on {key}: {wrong}", group, "when")
-                continue
-            if op == "matches":
-                import regex
-
-                try:
-                    operand = regex.compile(operand)
-                except (regex.error, RecursionError, OverflowError) as exc:
-                    err(f"invalid regex in condition on {key}: {exc}", group, "when")
-                    continue
-        else:
-            err(
-                f"a condition is a feature name or a table, not {type(item).__name__}",
-                group,
-                "when",
-            )
-            continue
-        if not isinstance(key, str) or not _known(key, kinds, pattern_names):
-            err(f'unknown feature "{key}" (see `oomdoctor rules features`)', group, "when")
-            continue
-        out.append(Condition(key, op, operand))
-    return tuple(out)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _operand_problem(op: str, operand: object) -> str | None:
-    """What is wrong with a condition's operand for its operator (features are numbers, booleans
-    and strings; a TOML date, array or table compares with none of them), or None."""
-    if op in ("lt", "le", "gt", "ge"):
-        if not _is_number(operand):
-            return f'"{op}" needs a number, not {_toml_type(operand)}'
-        if not math.isfinite(operand):  # type: ignore[arg-type]
-            return f'"{op}" needs a finite number, not {operand}'
-    elif op in ("eq", "ne"):
-        if not isinstance(operand, str | int | float | bool):
-            return f'"{op}" needs a number, a boolean or a string, not {_toml_type(operand)}'
-    elif op in ("in", "not_in"):
-        if not isinstance(operand, list) or not all(
-            isinstance(v, str | int | float | bool) for v in operand
-        ):
-            return f'"{op}" needs a list of numbers, booleans or strings'
-    elif op == "matches" and not isinstance(operand, str):
-        return f'"matches" needs a regex as a string, not {_toml_type(operand)}'
-    return None
-
-
-def _toml_type(value: object) -> str:
-    """A value's type as TOML names it."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, int | float):
-        return "a number"
-    return f"a {type(value).__name__}"  # date, time, datetime
 
 
 def _joined(base: Path, relative: str) -> Path:

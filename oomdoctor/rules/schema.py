@@ -28,6 +28,8 @@ ADVICE_KINDS: Mapping[str, str] = MappingProxyType(
         "gives a KV pool, inside the workable window",
         "weights_do_not_fit": "the weights alone do not fit the memory: more GPUs, quantisation, "
         "a smaller model",
+        "static_footprint": "what startup loads before the KV pool does not fit: fewer weights per "
+        "GPU, and the line that tells whether the pool itself was being built",
         "lower_mem_fraction": "lower the fraction by the measured shortfall, and the batch levers "
         "(chunked prefill, running requests, graph batch size)",
         "graph_capture": "make room for CUDA-graph capture (graph batch size, fraction) or skip it",
@@ -59,9 +61,11 @@ TOP_KEYS = frozenset(
         "when",
         "patterns",
         "fixtures",
+        "doubt",
     }
 )
-DOC_KEYS = frozenset({"what", "why", "remedy", "false_positives", "references"})
+DOC_KEYS = frozenset({"what", "why", "remedy", "false_positives", "references", "question"})
+DOUBT_KEYS = frozenset({"all", "any", "none", "confidence", "alternative", "question"})
 ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 #: Seconds one user pattern may spend on one line before it is disabled for the run.
 PATTERN_TIMEOUT = 0.05
@@ -114,6 +118,19 @@ class FixtureRef(NamedTuple):
         return str(self.log) + "".join(f" + {s.name}" for s in self.snapshots)
 
 
+class Doubt(NamedTuple):
+    """When the evidence a rule fired on is weaker than its confidence says: the confidence to
+    give instead, the category the log cannot rule out, and the one question (or command) that
+    would settle it. A rule's doubts are tried in file order; the first that holds applies."""
+
+    all: tuple[Condition, ...]
+    any: tuple[Condition, ...]
+    none: tuple[Condition, ...]
+    confidence: float
+    alternative: str
+    question: str
+
+
 class Rule(NamedTuple):
     id: str
     category: str
@@ -136,6 +153,9 @@ class Rule(NamedTuple):
     fire: tuple[FixtureRef, ...]
     silent: tuple[FixtureRef, ...]
     path: Path
+    doubts: tuple[Doubt, ...] = ()
+    #: what would tell this rule's case from a rival's (shown when the verdict is uncertain)
+    question: str = ""
 
 
 class RuleError(Exception):

@@ -2,34 +2,76 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from oomdoctor.budget.formulas import omni_stage_kv
 from oomdoctor.knowledge import PHASE_WORDS, SITE_WORDS
 from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS
-from oomdoctor.model import Budget, Failure, Incident, SglangBudget, Verdict, VllmBudget
+from oomdoctor.model import (
+    Alternative,
+    Budget,
+    Failure,
+    Incident,
+    SglangBudget,
+    Verdict,
+    VllmBudget,
+)
+from oomdoctor.rules.engine import doubt_of
+from oomdoctor.rules.features import Feature
 from oomdoctor.rules.schema import Finding, Rule
 from oomdoctor.units import size
 
 #: A runner-up of another category this close in priority makes the verdict less certain.
 AMBIGUITY_GAP = 10
 AMBIGUITY_PENALTY = 0.1
+#: Below this confidence a verdict names its runner-up and the question that would settle it.
+UNCERTAIN = 0.6
 
 
 def decide(
-    findings: Sequence[Finding], incident: Incident, budget: Budget, primary: Failure | None
+    findings: Sequence[Finding],
+    incident: Incident,
+    budget: Budget,
+    primary: Failure | None,
+    features: Mapping[str, Feature] | None = None,
 ) -> Verdict:
     """Findings are highest priority first (rules.engine.evaluate)."""
     if not findings:
         return Verdict("unknown", 0.0, _unknown_summary(incident, primary))
     rule = findings[0].rule
+    value = confidence(findings)
+    alternatives: tuple[Alternative, ...] = ()
+    doubt = doubt_of(rule, features or {})
+    if doubt is not None:
+        value = min(value, doubt.confidence)
+        alternatives = (Alternative(doubt.alternative, _runner_up(value), doubt.question),)
+    elif value < UNCERTAIN:
+        rival = _rival(findings)
+        if rival is not None and rival.question:
+            alternatives = (Alternative(rival.category, _runner_up(value), rival.question),)
     return Verdict(
         category=rule.category,
-        confidence=confidence(findings),
+        confidence=value,
         summary=_summary(rule, incident, budget, primary),
         rule=rule.id,
         explanation={"what": rule.what, "why": rule.why, "remedy": rule.remedy},
+        alternatives=alternatives,
     )
+
+
+def _runner_up(confidence: float) -> float:
+    """What is left for the runner-up when the verdict has ``confidence`` (some stays with
+    neither: the log may hold a third cause)."""
+    return round(max(0.05, min(confidence, 0.9 - confidence)), 2)
+
+
+def _rival(findings: Sequence[Finding]) -> Rule | None:
+    """The highest rule of another category the winner does not refine."""
+    winner = findings[0].rule
+    for other in findings[1:]:
+        if other.rule.category != winner.category and other.rule.id not in winner.refines:
+            return other.rule
+    return None
 
 
 def confidence(findings: Sequence[Finding]) -> float:

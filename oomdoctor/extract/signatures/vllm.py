@@ -134,6 +134,13 @@ SIGNATURES: tuple[Signature, ...] = (
         ("Starting vLLM API server", "init engine (profile, create kv cache"),
         r"Starting vLLM API server|init engine \(profile, create kv cache",
     ),
+    sig(  # the periodic stats line (V0 `Avg prompt throughput: ... Running: N reqs, Swapped:`,
+        # V1 `Engine 000: Avg prompt throughput: ... Running: N reqs, Waiting: M reqs`): serving
+        "vllm_stats",
+        "Avg prompt throughput:",
+        r"Avg prompt throughput: [\d.]+ tokens/s, .*?Running: (?P<running>\d+) reqs"
+        r"(?:.*?GPU KV cache usage: (?P<kv_usage>[\d.]+)%)?",
+    ),
     # --- failures --------------------------------------------------------------------------------
     sig(
         "startup_kv_error",
