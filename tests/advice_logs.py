@@ -596,7 +596,7 @@ OMNI_PLACEMENT_CAPACITY = (
 # -- static footprint: an OOM before the KV pool that no frame places --------------------------
 
 _STATIC_OOM = (
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 260.00 MiB. GPU 0 has a total "
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 272.00 MiB. GPU 0 has a total "
     "capacity of 23.53 GiB of which 118.44 MiB is free. Including non-PyTorch memory, this process "
     "has 23.39 GiB memory in use. Of the allocated memory 22.96 GiB is allocated by PyTorch, and "
     "41.55 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "

@@ -231,12 +231,12 @@ def test_user_marks_extend_the_tables(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     (rules / "site-marks.toml").write_text(
-        '[[site]]\nsite = "encoder"\nframes = ["acme/pixel_stack.py:"]\n', encoding="utf-8"
+        '[[site]]\nsite = "encoder"\nframes = ["acme/stack_a.py:"]\n', encoding="utf-8"
     )
     log = tmp_path / "x.log"
     log.write_text(
         "acme-serve booted\n"
-        '  File "/srv/acme/pixel_stack.py", line 10, in run\n'
+        '  File "/srv/acme/stack_a.py", line 10, in run\n'
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
         "capacity of 23.57 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this "
         "process has 22.50 GiB memory in use. Of the allocated memory 21.00 GiB is allocated by "

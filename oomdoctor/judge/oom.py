@@ -31,6 +31,14 @@ class OomJudgement(NamedTuple):
     self_holds_card: bool  # the failing process holds nearly all used memory
 
 
+def _own_pid(incident: Incident, primary: Failure) -> int | None:
+    """The PID of the process that printed the failure, where its line's prefix is the process's
+    own (vLLM's `(Worker_TP0 pid=N)`); a Ray actor's prefix also covers the processes it spawned
+    (SGLang's scheduler inside a verl WorkerDict), so it names no one for sure."""
+    pid = primary.line.actor_pid
+    return pid if pid is not None and incident.actor_roles.get(pid) == "engine" else None
+
+
 def judge(
     incident: Incident,
     budget: Budget,
@@ -47,7 +55,7 @@ def judge(
         holders.sibling_pids(incident),
         server_pids,
         tensor_parallel=(isinstance(tp, int) and tp > 1) or len(incident.ranks) > 1,
-        own_pid=primary.line.actor_pid,
+        own_pid=_own_pid(incident, primary),
     )
     requested, free, total = oom.requested_gib, oom.free_gib, oom.total_gib
     shortfall = max(requested - free, 0.0) if requested is not None and free is not None else None
