@@ -143,6 +143,17 @@ def _launch(failure: Failure) -> list[Decision]:
                 "running", f"requests were being served (line {c.serving.number})", c.serving, 0.75
             )
         )
+    if c.previous is not None and failure.line.number - c.previous.number <= 2:
+        m = _STARTING.search(c.previous.text)
+        if m:  # `EngineCore failed to start.` just above the error it reports
+            out.append(
+                Decision(
+                    "startup",
+                    f"the line before says {m.group(0)!r} (line {c.previous.number})",
+                    c.previous,
+                    0.75,
+                )
+            )
     loaded = _just_loaded(c.previous)
     if loaded is not None and c.ready is None:
         out.append(

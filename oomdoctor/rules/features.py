@@ -16,6 +16,7 @@ from oomdoctor.budget import as_sglang
 from oomdoctor.budget.costs import start_gap, start_gap_explains
 from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.knowledge import family
+from oomdoctor.knowledge.kinds import RETRY_KINDS
 from oomdoctor.model import Budget, Failure, Incident, Line, Scalar, VllmBudget
 
 if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
@@ -56,6 +57,8 @@ FEATURE_DOCS: Mapping[str, str] = MappingProxyType(
         "failure.site_strength": "how firmly the log says where it failed: 0 to 1 (0.6: a name "
         "heuristic, 0.85: a known frame or text)",
         "failure.message": "the failure's message text",
+        "failure.exit_code": "the exit code a died process reported (negative: killed by that "
+        "signal; -9 is SIGKILL, the host OOM killer's)",
         "failure.ranks": "how many ranks printed the failure",
         "startup_kv.error": "SGLang refused to build the KV pool (not enough memory / negative profile)",
         "oom.present": "the diagnosed failure is a GPU out-of-memory (any form)",
@@ -82,6 +85,8 @@ FEATURE_DOCS: Mapping[str, str] = MappingProxyType(
         "capture.failed": "a CUDA-graph capture failed",
         "capture.reason_oom": "the capture failed for lack of memory",
         "tp_imbalance": "SGLang's TP memory-imbalance check fired",
+        "retry.recovered": "after the last allocator retry warning the log goes on (stats, a ready "
+        "line, other lines of the engine): the retried allocation succeeded",
         "logical_kv.failed": "the scheduler's KV-slot accounting failed (Prefill/Decode out of memory)",
         "logical_kv.tokens_were_available": "that failure reported enough available tokens",
         "retraction.count": "KV-pool retractions in the log",
@@ -171,6 +176,12 @@ def compute(judgement: Judgement) -> dict[str, Feature]:
         site_frame.line if site_frame else None,
     )
     put("failure.message", primary.message if primary else None, where)
+    code = None
+    if primary is not None:
+        raw = primary.data.get("code")
+        raw = primary.data.get("code2") if raw is None else raw
+        code = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+    put("failure.exit_code", code, where if code is not None else None)
     put("failure.ranks", len(primary.ranks) if primary else 0, where)
     kind = primary.kind if primary else None
     kv_error = [
@@ -193,6 +204,8 @@ def compute(judgement: Judgement) -> dict[str, Feature]:
     )
     put("capture.reason_oom", capture_oom, where if capture_oom else None)
     put("tp_imbalance", kind == "tp_imbalance", where if kind == "tp_imbalance" else None)
+    after = _after_retries(incident)
+    put("retry.recovered", after is not None, after)
     logical = kind in ("logical_kv_failure", "req_slot_failure")
     put("logical_kv.failed", logical, where if logical else None)
     avail, need = (
@@ -381,6 +394,21 @@ def _vllm_features(
         incident.stats.preempted if preempted else 0,
         *(p.line for p in preempted[:2]),
     )
+
+
+def _after_retries(incident: Incident) -> Line | None:
+    """The first line after the last allocator retry warning that shows the process went on."""
+    retries = [f.line.seq for f in incident.facts if f.kind in RETRY_KINDS]
+    if not retries:
+        return None
+    last = max(retries)
+    stats = incident.stats
+    later = [
+        f.line
+        for f in (*incident.facts, stats.last_prefill, stats.last_decode)
+        if f is not None and f.line.seq > last and f.kind not in RETRY_KINDS
+    ]
+    return min(later, key=lambda ln: ln.seq) if later else None
 
 
 def _budget_lines(incident: Incident) -> tuple[Line, ...]:

@@ -99,9 +99,19 @@ SIGNATURES: tuple[Signature, ...] = (
     # PyTorch's caching allocator (CUDA, ROCm/HIP, Intel XPU, Ascend NPU); users retype the case.
     sig(
         "cuda_oom",
-        ("out of memory", "Out of memory", "OUT OF MEMORY", "Out Of Memory", "OutOfMemoryError"),
-        # the exception class says it even when a wrap broke the words of the message
-        r"(?i)\b(?:CUDA|HIP|NPU|XPU) out of memory\b|OutOfMemoryError(?=:)",
+        (
+            "out of memory",
+            "Out of memory",
+            "OUT OF MEMORY",
+            "Out Of Memory",
+            "OutOfMemoryError",
+            "Tried to allocate",
+        ),
+        # the exception class says it even when a wrap broke the words of the message; a paste
+        # that starts at the allocator's second sentence still says what it is (`Tried to
+        # allocate 136.00 MiB. GPU 0 has a total capacity of ...`)
+        r"(?i)\b(?:CUDA|HIP|NPU|XPU) out of memory\b|OutOfMemoryError(?=:)"
+        r"|(?-i:Tried to allocate \d{1,20}(?:\.\d{1,20})? ?(?:bytes|[KMGT]i?B)\. ?\(?GPU\b)",
     ),
     sig(
         "cuda_error_oom",
