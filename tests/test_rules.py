@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import pipeline
-from oomdoctor.rules.features import FEATURE_DOCS
+from oomdoctor.rules.feature_docs import FEATURE_DOCS
 from oomdoctor.rules.loader import load
 from oomdoctor.rules.schema import FixtureRef, Rule, RuleError
 from oomdoctor.rules.selftest import check

@@ -61,8 +61,11 @@ def actions(advice: str | None, ctx: Context) -> tuple[Action, ...]:
     after a line that says so: never one engine's flags for the other's log."""
     kind = advice or "none"
     too_big = ctx.features.get("oom.exceeds_card")
-    if too_big is not None and too_big.value and kind in _SIZED_BY_FRACTION:
-        kind = "oversized"  # no fraction fits one allocation larger than the card
+    pool = ctx.primary is not None and ctx.primary.site == "kv_pool"
+    if too_big is not None and too_big.value and kind in _SIZED_BY_FRACTION and not pool:
+        # no fraction fits one allocation larger than the card, unless the fraction sized it: a
+        # KV pool is y·pre (vLLM: what u leaves), so a pool larger than the card is the sizing
+        kind = "oversized"
     fam = family(ctx.incident.engine)
     if fam == "vllm":
         return _vllm(kind, ctx)

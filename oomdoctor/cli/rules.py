@@ -139,7 +139,7 @@ def rules_markers(rule_dirs: tuple[str, ...]) -> None:
 @rules.command("features")
 def rules_features() -> None:
     """The feature names rule conditions can use."""
-    from oomdoctor.rules.features import FEATURE_DOCS
+    from oomdoctor.rules.feature_docs import FEATURE_DOCS
 
     _show(f"{name:<36} {doc}" for name, doc in FEATURE_DOCS.items())
 

@@ -7,7 +7,10 @@ For those, two principled readings:
 - names: a function or file named for a vision or audio encoder (`*vision*`, `*visual*`, `*vit*`,
   `*audio*`, `*image*`, `patch_embed`, `*vocoder*`, ...) is one;
 - operations: a text decoder never runs a 2-D or 3-D convolution or `unfold` (im2col); those are
-  the patch embeddings of image and video encoders, so a failure inside them is the encoder's.
+  the patch embeddings of image and video encoders, so a failure inside them is the encoder's;
+- construction: a module allocates its parameters when it is built, so a failure inside a
+  function named for weights (`create_weights`, `load_weights`, `weight_loader`) or inside the
+  constructor of an engine's layer or model class happened while the weights were being made.
 """
 
 from __future__ import annotations
@@ -50,4 +53,25 @@ def encoder_frame(frames: Sequence[Frame]) -> tuple[Frame, str] | None:
             m = _ENCODER_NAME.search(part)
             if m:
                 return frame, f"{part!r} names encoder code ({m.group(0).strip('_./-')})"
+    return None
+
+
+#: Function names that make or fill parameters.
+_WEIGHT_NAME = re.compile(r"(?i)(?:^|_)weights?(?:_|$)|^_?load_model$|^weight_loader")
+#: Where an engine keeps its layer and model classes (their constructors create parameters).
+_LAYER_DIRS = ("/layers/", "/models/", "/model_executor/", "/model_loader/")
+_ENGINES = ("sglang/", "vllm/", "vllm_omni/", "sglang_omni/", "vllm_ascend/")
+
+
+def weights_frame(frames: Sequence[Frame]) -> tuple[Frame, str] | None:
+    """The innermost engine frame that is making weights, and why."""
+    for frame in reversed(frames):
+        path = frame.path.replace("\\", "/")
+        if not any(e in path for e in _ENGINES):
+            continue
+        if _WEIGHT_NAME.search(frame.func):
+            return frame, f"{frame.func} makes or fills parameters"
+        if frame.func == "__init__" and any(d in path for d in _LAYER_DIRS):
+            name = path.rsplit("/", 1)[-1]
+            return frame, f"a layer's constructor ({name}) creates its parameters"
     return None

@@ -68,9 +68,13 @@ def place(
         site = _site_from_checkpoints(failure, phase.value)
     if site.value in ("unknown", "forward"):
         named = heuristics.encoder_frame(failure.frames)
+        making = heuristics.weights_frame(failure.frames)
         if named is not None:
             frame, why = named
             site = Decision("encoder", why, frame.line or failure.line, 0.6)
+        elif making is not None and phase.value in ("startup", "unknown"):
+            frame, why = making
+            site = Decision("weights", why, frame.line or failure.line, 0.6)
     if c.capture_failed is not None and failure.kind != "graph_capture_failed":
         site = Decision(
             "graph_capture",

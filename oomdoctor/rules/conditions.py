@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from oomdoctor.model import CATEGORIES
-from oomdoctor.rules.features import FEATURE_DOCS
+from oomdoctor.rules.feature_docs import FEATURE_DOCS
 from oomdoctor.rules.schema import DOUBT_KEYS, OPS, Condition, Doubt
 
 
