@@ -49,7 +49,6 @@ def raise_fraction(ctx: Context) -> list[Action]:
     b = ctx.sglang
     y = b.mem_fraction_static
     if b.y_zero is None or b.pre_gib is None or b.post_gib is None:
-        doubled, _, _ = double_tp(ctx)
         return [
             Action(
                 text="Raise --mem-fraction-static: its static share does not cover the weights plus "
@@ -61,8 +60,8 @@ def raise_fraction(ctx: Context) -> list[Action]:
             ),
             Action(
                 text="Or, if a higher fraction then runs out at run time (or it is already 0.9 or "
-                "more), no value of it works on this card: put fewer weights on each GPU "
-                f"({doubled}, quantised weights) or use a bigger card.",
+                "more), no value of it works on this card: put fewer weights on each GPU (a "
+                "higher --tp-size, quantised weights) or use a bigger card.",
                 alternative=True,
             ),
         ]
@@ -286,12 +285,13 @@ def lower_action(ctx: Context, why: str, flag: str = FLAG) -> list[Action]:
 def lower_fraction(ctx: Context) -> list[Action]:
     if ctx.primary is not None and ctx.primary.site == "kv_pool":
         # the pool itself was too big for what was free: it shrinks with y (or a token cap)
-        return lower_action(ctx, "the KV pool less and the rest of the card") + [
+        return [
+            *lower_action(ctx, "the KV pool less and the rest of the card"),
             Action(
                 text="Or cap the pool directly with --max-total-tokens (it is sized from the "
                 "fraction otherwise).",
                 alternative=True,
-            )
+            ),
         ]
     levers = runtime_levers(ctx)
     cheap = fragmentation_fix(ctx)

@@ -41,6 +41,10 @@ _BUILDS_ENGINE = re.compile(
 )
 #: server_args that turn CUDA graphs off (then private pools say nothing about the phase).
 _EAGER = (("disable_cuda_graph", True), ("enforce_eager", True))
+#: What allocates through a pluggable memory pool (its tensors count as private-pool memory).
+_POOLED = frozenset({"vllm-sleep-mode", "torch_memory_saver"})
+#: CUDA graphs hold a small share of what the allocator holds; a pool holding more is not them.
+POOL_SHARE = 0.5
 #: Engines whose stages are separate processes (an encoder stage never captures graphs).
 _PIPELINES = ("sglang-omni", "vllm-omni")
 
@@ -50,9 +54,10 @@ def decide(
     knowledge: Knowledge,
     server_args: Mapping[str, Scalar],
     engine: str | None,
+    stack: Sequence[str] = (),
 ) -> tuple[Decision, Decision | None]:
     """The phase and, when a weaker source disagrees, the runner-up."""
-    found = _sources(failure, knowledge, server_args, engine)
+    found = _sources(failure, knowledge, server_args, engine, stack)
     if not found:
         return Decision("unknown", "nothing in the log says whether the server had started"), None
     found.sort(key=lambda d: -d.strength)
@@ -62,7 +67,11 @@ def decide(
 
 
 def _sources(
-    failure: Failure, knowledge: Knowledge, server_args: Mapping[str, Scalar], engine: str | None
+    failure: Failure,
+    knowledge: Knowledge,
+    server_args: Mapping[str, Scalar],
+    engine: str | None,
+    stack: Sequence[str],
 ) -> list[Decision]:
     out: list[Decision] = []
     c = failure.clues
@@ -93,7 +102,7 @@ def _sources(
             out.append(Decision("startup", f"the words {m.group(0)!r} (line {at.number})", at, 0.8))
             break
     out.extend(_launch(failure))
-    pools = _private_pools(failure, server_args, engine)
+    pools = _private_pools(failure, server_args, engine, stack)
     if pools is not None:
         out.append(pools)
     return out
@@ -190,14 +199,21 @@ def _just_loaded(previous: Line | None) -> Line | None:
 
 
 def _private_pools(
-    failure: Failure, server_args: Mapping[str, Scalar], engine: str | None
+    failure: Failure, server_args: Mapping[str, Scalar], engine: str | None, stack: Sequence[str]
 ) -> Decision | None:
-    """PyTorch's message names private-pool (CUDA-graph) memory whenever the process has any."""
+    """PyTorch's message names private-pool memory whenever the process has any. CUDA graphs
+    live in one once captured; so do the tensors of a pluggable allocator's pool (vLLM's sleep
+    mode, torch_memory_saver), which then say nothing about graphs."""
     oom = failure.oom
     if oom is None or oom.form != "pytorch" or engine in _PIPELINES:
         return None
     if any(server_args.get(key) is value for key, value in _EAGER):
         return None
+    if set(stack) & _POOLED or failure.data.get("pool"):
+        return None
+    pools, allocated = oom.private_pools_gib, oom.allocated_gib
+    if pools is not None and allocated and pools > POOL_SHARE * allocated:
+        return None  # graphs take a small share; this much is a memory pool (weights in it)
     if oom.private_pools_gib is not None and oom.private_pools_gib > 0:
         return Decision(
             "running",

@@ -9,7 +9,7 @@ site marks, the pipeline stage, else the startup step the failure interrupted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -49,6 +49,7 @@ def place(
     knowledge: Knowledge,
     server_args: Mapping[str, Scalar] = EMPTY,
     engine: str | None = None,
+    stack: Sequence[str] = (),
 ) -> Placement:
     """The site and phase of one failure, from its frames, texts, stage and clues."""
     c = failure.clues
@@ -56,7 +57,7 @@ def place(
     texts = [failure.line.text] + ([opener.text] if opener is not None else [])
     stages = [failure.stage] if failure.stage else []
     site_name, frame = sites.classify(failure.frames, knowledge, texts, stages)
-    phase, rival = phases.decide(failure, knowledge, server_args, engine)
+    phase, rival = phases.decide(failure, knowledge, server_args, engine, stack)
     if site_name != "unknown":
         where = (
             f"{frame_name(frame)} is {site_name} code"
