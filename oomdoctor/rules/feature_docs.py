@@ -87,6 +87,8 @@ FEATURE_DOCS: Mapping[str, str] = MappingProxyType(
         "vllm.profile_run_oom": "the OOM happened in vLLM's startup profile run (before the KV cache)",
         "vllm.mm_profile": "vLLM profiled a multimodal encoder (dummy images/videos/audio)",
         "vllm.startup_short_gib": "how much more vLLM's start-up check asked for than was free (GiB)",
+        "vllm.startup_short_steps": "that shortfall in steps of --gpu-memory-utilization (0.01 × "
+        "the card): below 1, lowering the flag by one step makes it fit, whoever holds the gap",
         "vllm.preemptions": "requests vLLM preempted for lack of KV cache space",
         "fact.<kind>": "how many facts of a kind were seen (e.g. fact.retraction)",
         "pattern.<rule id>.<name>": "how many lines a rule's own pattern matched",

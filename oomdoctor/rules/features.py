@@ -288,6 +288,13 @@ def _vllm_features(
     put("vllm.cotenant_check", check, where if check else None)
     short = budget.startup_short_gib if isinstance(budget, VllmBudget) else None
     put("vllm.startup_short_gib", short, where if short is not None else None)
+    total = primary.data.get("total") if primary is not None else None
+    steps = (
+        round(short / (0.01 * total), 2)
+        if short is not None and isinstance(total, int | float) and total > 0
+        else None
+    )
+    put("vllm.startup_short_steps", steps, where if steps is not None else None)
     mm = incident.facts_of("vllm_mm_profile")
     put("vllm.mm_profile", bool(mm), *(m.line for m in mm[:1]))
     in_profile = False
