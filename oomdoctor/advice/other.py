@@ -288,6 +288,13 @@ def oversized(ctx: Context) -> list[Action]:
     oom = ctx.primary.oom if ctx.primary else None
     asked = f" of {oom.requested_gib:.2f} GiB" if oom and oom.requested_gib else ""
     card = f"whole {oom.total_gib:.2f} GiB card" if oom and oom.total_gib else "whole card"
+    fit = ctx.oom.fit if ctx.oom is not None else None
+    weights = ctx.budget.weights_gib
+    if fit is not None and fit.value == "not_beside_weights" and oom and oom.total_gib and weights:
+        card = (
+            f"{oom.total_gib - weights:.2f} GiB the card leaves beside the {weights:.2f} GiB of "
+            "weights"
+        )
     out = [
         Action(
             text=f"No value of {ctx.fraction_flag} can fit this: the single allocation{asked} "

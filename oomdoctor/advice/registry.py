@@ -60,7 +60,9 @@ def actions(advice: str | None, ctx: Context) -> tuple[Action, ...]:
     When the log cannot tell SGLang from vLLM, both engines' actions are given, each labelled,
     after a line that says so: never one engine's flags for the other's log."""
     kind = advice or "none"
-    too_big = ctx.features.get("oom.exceeds_card")
+    too_big = ctx.features.get("oom.exceeds_card_minus_weights") or ctx.features.get(
+        "oom.exceeds_card"
+    )
     pool = ctx.primary is not None and ctx.primary.site == "kv_pool"
     if too_big is not None and too_big.value and kind in _SIZED_BY_FRACTION and not pool:
         # no fraction fits one allocation larger than the card, unless the fraction sized it: a

@@ -9,8 +9,10 @@ from typing import NamedTuple
 
 from oomdoctor.budget.costs import message_foreign_explains
 from oomdoctor.judge import holders
+from oomdoctor.judge.records import Decision
 from oomdoctor.knowledge.kinds import OOM_KINDS
 from oomdoctor.model import Budget, Failure, Incident, OomMessage
+from oomdoctor.units import size
 
 #: An OOM with this much more free than requested was refused by something other than the GPU.
 FREE_ROOM_GIB = 4.0
@@ -29,6 +31,9 @@ class OomJudgement(NamedTuple):
     exceeds_card: bool  # the single allocation is at least the card's capacity
     free_covers_request: bool  # far more was free than requested
     self_holds_card: bool  # the failing process holds nearly all used memory
+    #: could the request ever fit: "never" (more than the card), "not_beside_weights" (more than
+    #: the card minus the weights), "fits" or "unknown", with the arithmetic
+    fit: Decision = Decision("unknown", "the message does not give the request and the card")
 
 
 def _own_pid(incident: Incident, primary: Failure) -> int | None:
@@ -83,4 +88,40 @@ def judge(
             and used is not None
             and view.self_gib >= used - SELF_HOLDS_SLACK_GIB
         ),
+        fit=_fit(requested, total, budget.weights_gib, primary),
+    )
+
+
+def _fit(
+    requested: float | None, total: float | None, weights: float | None, primary: Failure
+) -> Decision:
+    """Whether the failed allocation could fit on this card at any setting of the fraction."""
+    if requested is None or total is None:
+        return Decision("unknown", "the message does not give the request and the card")
+    if requested >= total:
+        return Decision(
+            "never",
+            f"{size(requested)} requested ≥ the whole {size(total)} card: no setting fits it",
+            primary.line,
+            1.0,
+        )
+    if weights is not None and primary.site not in ("weights", "kv_pool"):
+        room = total - weights
+        if requested >= room:
+            return Decision(
+                "not_beside_weights",
+                f"{size(requested)} requested ≥ the card {size(total)} minus the weights "
+                f"{size(weights)} = {size(room)}: no fraction fits it beside the weights",
+                primary.line,
+                1.0,
+            )
+        return Decision(
+            "fits",
+            f"{size(requested)} requested < the card {size(total)} minus the weights "
+            f"{size(weights)} = {size(room)}",
+            primary.line,
+            0.8,
+        )
+    return Decision(
+        "fits", f"{size(requested)} requested < the whole {size(total)} card", primary.line, 0.6
     )

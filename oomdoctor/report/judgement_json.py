@@ -32,6 +32,7 @@ def judgement_dict(diag: Diagnosis) -> dict[str, Any]:
         "phase": _decision(diag.phase),
         "phase_rival": _decision(diag.phase_rival),
         "site": _decision(diag.site),
+        "fit": _decision(diag.oom.fit) if diag.oom is not None else None,
         "holders": [
             {"pid": h.pid, "gib": round(h.gib, 2), "role": h.role, "why": h.why} for h in holders
         ],
@@ -44,7 +45,7 @@ def decided_rows(judgement: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not judgement:
         return []
     rows: list[tuple[str, str]] = []
-    for key in ("phase", "site"):
+    for key in ("phase", "site", "fit"):
         d = judgement.get(key)
         if d and d["value"] != "unknown":
             at = f" (line {d['line']})" if d.get("line") else ""

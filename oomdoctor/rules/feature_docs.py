@@ -40,6 +40,8 @@ FEATURE_DOCS: Mapping[str, str] = MappingProxyType(
         "oom.hidden_gib": "used memory held outside every listed process, beyond this process's own "
         "non-PyTorch allowance when the message does not size this process (0 bytes, no NVML, 1.x)",
         "oom.exceeds_card": "the single allocation is at least the GPU's whole capacity",
+        "oom.exceeds_card_minus_weights": "the single allocation is at least the card minus the "
+        "weights the server loaded: no fraction fits it beside them",
         "oom.free_covers_request": "the message shows far more memory free than was requested "
         "(twice the request and 4 GiB more)",
         "oom.foreign_may_be_stage": "a pipeline engine (SGLang Omni, vLLM-Omni) whose log names no stage "

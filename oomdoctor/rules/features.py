@@ -225,6 +225,8 @@ def _oom_features(
     for name in ("exceeds_card", "free_covers_request", "self_holds_card"):
         value = getattr(judged, name)
         put(f"oom.{name}", value, where if value else None)
+    beside = judged.fit.value == "not_beside_weights"
+    put("oom.exceeds_card_minus_weights", beside or judged.exceeds_card, where if beside else None)
 
 
 #: The OOM features that are numbers (None without an OOM) and flags (False without one).
@@ -240,6 +242,7 @@ _OOM_NUMBERS = (
 )
 _OOM_FLAGS = (
     "exceeds_card",
+    "exceeds_card_minus_weights",
     "foreign_may_be_stage",
     "free_covers_request",
     "foreign_explains",
