@@ -145,6 +145,10 @@ def _imbalance(ctx: Context) -> Action:
 
 def kv_slots(ctx: Context) -> list[Action]:
     primary = ctx.primary
+    from oomdoctor.advice import sglang_legacy_slots as legacy
+
+    if legacy.is_legacy(primary):
+        return legacy.actions(ctx)
     data = primary.data if primary else {}
     need, avail = data.get("need"), data.get("available")
     out: list[Action] = []
@@ -355,6 +359,10 @@ def remedy(ctx: Context) -> list[Action]:
 
 def host_memory(ctx: Context) -> list[Action]:
     primary = ctx.primary
+    if primary is not None and primary.kind in ("ray_oom_kill", "ray_worker_died"):
+        from oomdoctor.advice import ray
+
+        return ray.host_memory(ctx)
     kill = primary is not None and primary.kind == "host_oom_kill"
     return [
         Action(

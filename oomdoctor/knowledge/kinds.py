@@ -30,6 +30,7 @@ MEMORY_KINDS: frozenset[str] = OOM_KINDS | {
     "graph_capture_failed",
     "host_oom_kill",
     "host_alloc_failure",
+    "ray_oom_kill",  # Ray's memory monitor killed a worker: host RAM, not GPU
     "stage_load_negative",
     "startup_free_memory",
     "profiling_free_changed",
@@ -50,6 +51,7 @@ NAMED_ERROR_KINDS: frozenset[str] = frozenset(
         "tpu_vmem",
         "tms_error",
         "cumem_error",
+        "ray_worker_died",  # a Ray worker vanished; Ray names the kernel's OOM killer as one cause
     }
 )
 #: Evidence that an allocation was refused and retried: a failure only when nothing else is.

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from oomdoctor.extract.signatures import colocation, context, errors, failures, startup, vllm
+from oomdoctor.extract.signatures import (
+    colocation,
+    context,
+    errors,
+    failures,
+    ray,
+    startup,
+    vllm,
+)
 from oomdoctor.extract.signatures.base import Signature
 
 ALL: tuple[Signature, ...] = (
@@ -13,6 +21,7 @@ ALL: tuple[Signature, ...] = (
     + vllm.SIGNATURES
     + colocation.SIGNATURES
     + errors.SIGNATURES
+    + ray.SIGNATURES
 )
 
 __all__ = ["ALL", "Signature"]

@@ -107,10 +107,12 @@ SIGNATURES: tuple[Signature, ...] = (
             "OutOfMemoryError",
             "Tried to allocate",
         ),
-        # the exception class says it even when a wrap broke the words of the message; a paste
-        # that starts at the allocator's second sentence still says what it is (`Tried to
-        # allocate 136.00 MiB. GPU 0 has a total capacity of ...`)
-        r"(?i)\b(?:CUDA|HIP|NPU|XPU) out of memory\b|OutOfMemoryError(?=:)"
+        # the exception class says it even when a wrap broke the words of the message (Ray's own
+        # OutOfMemoryError is host RAM, signatures.ray); a paste that starts at the allocator's
+        # second sentence still says what it is (`Tried to allocate 136.00 MiB. GPU 0 has ...`)
+        r"(?i)\b(?:CUDA|HIP|NPU|XPU) out of memory\b"
+        r"|(?<!exceptions\.)(?<!Ray)OutOfMemoryError(?=:)"
+        r"(?!: (?:Task was killed|\d+ worker\(s\) were))"
         r"|(?-i:Tried to allocate \d{1,20}(?:\.\d{1,20})? ?(?:bytes|[KMGT]i?B)\. ?\(?GPU\b)",
     ),
     sig(
@@ -147,10 +149,11 @@ SIGNATURES: tuple[Signature, ...] = (
         "out of memory. Try to lower your batch size",
         r"(?P<phase>Prefill |Decode )?[Oo]ut of memory\. Try to lower your batch size\.",
     ),
-    sig(  # 0.1.5 - 0.2.9 (reference §10.2), `nerver` as printed by 0.1.10 / 0.1.14
+    sig(  # 0.1.5 - 0.2.9 (reference §10.2), `nerver` as printed by 0.1.10 / 0.1.14; the rest of
+        # the sentence may be cut or wrapped onto the next line
         "logical_kv_failure",
         ("out of memory. This should n", "Prefill out of memory.", "Decode out of memory."),
-        r"^(?P<phase>Prefill |Decode )out of memory\.(?: This should ne?ver happen\.)?$",
+        r"^(?P<phase>Prefill |Decode )out of memory\.(?: This should\b.*)?$",
     ),
     sig("logical_kv_detail", "Try to allocate ", r"Try to allocate (?P<need>\d+) tokens"),
     sig(
