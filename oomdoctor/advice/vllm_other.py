@@ -3,6 +3,7 @@ the profile run, preemption, weights that do not fit, graph capture, the KV cach
 
 from __future__ import annotations
 
+from oomdoctor.advice import vllm_profiling
 from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.other import message_holders, snapshot_holders
 from oomdoctor.advice.vllm_fraction import FLAG, lower_utilization
@@ -39,15 +40,8 @@ def free_gpu(ctx: Context) -> list[Action]:
                         current=u,
                     )
                 )
-    elif kind == "profiling_free_changed":
-        out.insert(
-            0,
-            Action(
-                text="Another process released (or grabbed) GPU memory while vLLM was profiling, "
-                "so vLLM could not measure its own peak: start vLLM when the other processes on "
-                "the GPU are settled, or give vLLM its own GPU/container.",
-            ),
-        )
+    elif kind == "profiling_free_changed" and primary is not None:
+        out[0:0] = vllm_profiling.guard(primary)
     rl = ctx.features.get("rl.colocated")
     if rl is not None and rl.value:
         out.append(

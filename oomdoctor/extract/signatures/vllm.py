@@ -36,6 +36,32 @@ def _profile_results(m: re.Match[str]) -> dict[str, Scalar]:
     return data
 
 
+#: Above this a profiling-guard figure is bytes (0.5 – 0.9 print raw ints), not GiB.
+_BYTES_ABOVE = 2.0**20
+
+
+def _guard_gib(text: str | None) -> float | None:
+    value = number(text) if text is not None else None
+    if value is None:
+        return None
+    return value / 2**30 if value > _BYTES_ABOVE else float(value)
+
+
+def _profiling_guard(m: re.Match[str]) -> dict[str, Scalar]:
+    """vLLM's check that its own use grew during the profile run, in any release's words:
+    figures in GiB (`initial`, `current`), what they measure (free or used memory), and whose
+    change the message blames (`wording`: other processes, or memory not cleaned up)."""
+    wording = m.group("wording")
+    return {
+        "initial": _guard_gib(m.group("initial")),
+        "current": _guard_gib(m.group("current")),
+        "measure": m.group("measure"),
+        "wording": None
+        if wording is None
+        else ("other_processes" if wording.startswith("other") else "cleanup"),
+    }
+
+
 SIGNATURES: tuple[Signature, ...] = (
     # --- configuration -----------------------------------------------------------------------
     sig(
@@ -183,11 +209,14 @@ SIGNATURES: tuple[Signature, ...] = (
         r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup "
         r"is less than desired GPU memory utilization \((?P<u>[\d.]+), (?P<requested>[\d.]+) GiB\)",
     ),
-    sig(
+    sig(  # every wording, 0.4.2 – 0.33 (docs/reference-ray-oom.md lists them by release)
         "profiling_free_changed",
         "Error in memory profiling",
-        r"Error in memory profiling\. Initial free memory (?P<initial>[\d.]+)(?: GiB)?, current "
-        r"free memory (?P<current>[\d.]+)(?: GiB)?",
+        r"Error in memory profiling\.(?: Initial (?P<measure>free|used) memory "
+        r"(?P<initial>[\d.]+)(?:[ ]GiB)?, current(?:ly used| free) memory (?P<current>[\d.]+)"
+        r"(?:[ ]GiB)?\.?)?(?: This happens when (?P<wording>the \w+ memory was not properly "
+        r"cleaned up|other processes sharing the same container release))?",
+        _profiling_guard,
     ),
     sig(
         "retraction",
