@@ -31,7 +31,7 @@ VLLM_STARTUP_KINDS = ("vllm_weights", "vllm_profile", "vllm_mm_profile")
 def observe(launch: Launch, stream: Stream, line: Line, opener: Line | None) -> Clues:
     """The launch's state as the failure on ``line`` was printed."""
     state = launch.rank_state(line)
-    ready = launch.ready if launch.ready is not None and launch.ready.seq < line.seq else None
+    ready = launch.ready if launch.ready is not None and before(launch.ready, line) else None
     initialised = launch.initialised
     if initialised is not None and (initialised.seq >= line.seq or launch.loading_stage):
         initialised = None  # printed later, or a pipeline stage is still loading
@@ -72,6 +72,15 @@ def observe(launch: Launch, stream: Stream, line: Line, opener: Line | None) -> 
         serving=max(served, key=lambda ln: ln.seq) if served else None,
         previous=opener or stream.last_line,
     )
+
+
+def before(a: Line, b: Line) -> bool:
+    """Whether line ``a`` was printed before line ``b``: their order in one source; across the
+    files of one incident (the ranks' or nodes' logs) their timestamps, where both print one in
+    the same form (else the order they were read in)."""
+    if a.source == b.source or not a.ts or not b.ts or len(a.ts) != len(b.ts):
+        return a.seq < b.seq
+    return a.ts < b.ts
 
 
 def stage_of(launch: Launch, line: Line, opener: Line | None) -> str | None:

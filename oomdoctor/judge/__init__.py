@@ -53,7 +53,9 @@ def placed(
     done: list[Failure] = []
     primary: Placement | None = None
     for failure in incident.failures:
-        p = place(failure, table, incident.server_args, incident.engine, incident.stack)
+        p = place(
+            failure, table, incident.server_args, incident.engine, incident.stack, incident.ready
+        )
         done.append(failure._replace(site=p.site.value, phase=p.phase.value, site_frame=p.frame))
         if failure is incident.primary:
             primary = p

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from oomdoctor.incident.place import before
 from oomdoctor.judge import sites
 from oomdoctor.judge.records import Decision, frame_name
 from oomdoctor.knowledge import Knowledge
@@ -55,9 +56,23 @@ def decide(
     server_args: Mapping[str, Scalar],
     engine: str | None,
     stack: Sequence[str] = (),
+    ready: Line | None = None,
 ) -> tuple[Decision, Decision | None]:
-    """The phase and, when a weaker source disagrees, the runner-up."""
+    """The phase and, when a weaker source disagrees, the runner-up. ``ready`` is the
+    incident's ready line: one read later (another file of the incident) can still come before
+    the failure by the timestamps."""
     found = _sources(failure, knowledge, server_args, engine, stack)
+    c = failure.clues
+    other_file = ready is not None and ready.source != failure.line.source
+    if c.ready is None and ready is not None and other_file and before(ready, failure.line):
+        found.append(
+            Decision(
+                "running",
+                f"the ready line ({ready.ts}, another file) came before it ({failure.line.ts})",
+                ready,
+                0.85,
+            )
+        )
     if not found:
         return Decision("unknown", "nothing in the log says whether the server had started"), None
     found.sort(key=lambda d: -d.strength)

@@ -50,6 +50,7 @@ def place(
     server_args: Mapping[str, Scalar] = EMPTY,
     engine: str | None = None,
     stack: Sequence[str] = (),
+    ready: Line | None = None,
 ) -> Placement:
     """The site and phase of one failure, from its frames, texts, stage and clues."""
     c = failure.clues
@@ -57,7 +58,7 @@ def place(
     texts = [failure.line.text] + ([opener.text] if opener is not None else [])
     stages = [failure.stage] if failure.stage else []
     site_name, frame = sites.classify(failure.frames, knowledge, texts, stages)
-    phase, rival = phases.decide(failure, knowledge, server_args, engine, stack)
+    phase, rival = phases.decide(failure, knowledge, server_args, engine, stack, ready)
     if site_name != "unknown":
         where = (
             f"{frame_name(frame)} is {site_name} code"
