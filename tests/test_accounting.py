@@ -73,23 +73,24 @@ ROWS = {
         0.0,
         "fits",
     ),
-    # Container: the lone Process N holds 78.96 of the 78.97 GiB used; this process holds at least
-    # its allocator's 68.83 + 0.32 = 69.15 GiB, and only 0.01 GiB is outside the listed ones, so
-    # N must be this process (its 9.81 GiB above the allocator are graphs, NCCL, context).
+    # Container: the lone Process N holds 78.95 of the 78.96 GiB used (79.11 - 152.25 MiB); this
+    # process holds at least its allocator's 68.50 + 0.32 = 68.82 GiB, and only 0.01 GiB is
+    # outside the listed ones, so N must be this process (its 10.13 GiB above the allocator are
+    # graphs, NCCL, context).
     "container-lone-process-is-self": Row(
         (
             modern(
-                "786.00 MiB",
+                "792.00 MiB",
                 "79.11 GiB",
-                "140.75 MiB",
-                proc(4188213, "78.96 GiB"),
-                "68.83 GiB",
+                "152.25 MiB",
+                proc(4188213, "78.95 GiB"),
+                "68.50 GiB",
                 "331.08 MiB",
                 "660.00 MiB",
             ),
         ),
         {4188213: "self"},
-        78.96,
+        78.95,
         0.0,
         "fits",
     ),
@@ -172,23 +173,23 @@ ROWS = {
         hidden_at_least=0.9,
     ),
     # Cut after the process clause: no allocator figures. A single holder that accounts for all
-    # used memory (79.11 - 0.14 = 78.97 vs 78.96) is the server.
+    # used memory (79.11 - 0.15 = 78.96 vs 78.95) is the server.
     "cut-after-the-process": Row(
         (
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB. GPU 0 has a "
-            "total capacity of 79.11 GiB of which 140.75 MiB is free. Process 4188213 has 78.96 "
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 792.00 MiB. GPU 0 has a "
+            "total capacity of 79.11 GiB of which 152.25 MiB is free. Process 4188213 has 78.95 "
             "GiB memory in use. Of the allocated memory ...",
         ),
         {4188213: "self"},
-        78.96,
+        78.95,
         0.0,
         "fits",
     ),
     # Cut before any holder: the request and the card only.
     "cut-before-the-holders": Row(
         (
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 322.00 MiB. GPU 0 has a "
-            "total capacity of 79.10 GiB of which 249.88 MiB is free.",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 330.00 MiB. GPU 0 has a "
+            "total capacity of 79.10 GiB of which 212.44 MiB is free.",
         ),
         {},
         None,
@@ -286,5 +287,5 @@ def test_every_byte_is_accounted_for(name: str, tmp_path: Path) -> None:
 def test_the_elimination_shows_its_arithmetic(tmp_path: Path) -> None:
     j = _judged(tmp_path, ROWS["container-lone-process-is-self"].lines)
     why = next(h.why for h in j.holders.holders if h.pid == 4188213)
-    for figure in ("69.15", "0.01", "78.97", "78.96"):
+    for figure in ("68.82", "0.01", "78.96", "78.95"):
         assert figure in why, why
