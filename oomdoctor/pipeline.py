@@ -15,14 +15,16 @@ from oomdoctor.advice.context import Context
 from oomdoctor.advice.registry import actions as advise
 from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.extract.facts import Extractor, MarkerMatcher, Matcher, SignatureMatcher
+from oomdoctor.extract.renumber import renumber
 from oomdoctor.extract.signatures import ALL as SIGNATURES
+from oomdoctor.extract.unwrap import Unwrapper, plan_of_file
 from oomdoctor.incident.assemble import Assembler
 from oomdoctor.incident.feed import Feeder
 from oomdoctor.judge import GpuState, Judgement
 from oomdoctor.knowledge import Knowledge, builtin, family
 from oomdoctor.model import Incident, Line
 from oomdoctor.read import parallel
-from oomdoctor.read.sources import ReadStats, iter_blocks, open_source, read_notices
+from oomdoctor.read.sources import ReadStats, iter_blocks, open_source, plain_file, read_notices
 from oomdoctor.read.sources import label as source_label
 from oomdoctor.rules import engine, features, schema, verdict
 from oomdoctor.rules.loader import load
@@ -77,23 +79,35 @@ def read(
     labels = tuple(source_label(n) for n in names)
     assembler = Assembler(labels, knowledge)
     notices: list[str] = []
+    anchors = extractor.scanner.anchors
+    physical: dict[tuple[int, int], int] = {}  # where a wrapper was taken off (renumber.py)
     streams = [open_source(n, stdin) for n in names]  # fail before reading anything
     try:
         for index, (name, label, stream) in enumerate(zip(names, labels, streams, strict=False)):
             feeder = Feeder(extractor, assembler, index)
             stats = ReadStats(label)
+            path = Path(name) if name != "-" else None
+            plan = plan_of_file(path, anchors) if path and parallel.usable(path) else None
             scans = (
-                parallel.scan_file(Path(name), extractor.scanner, stats, progress)
-                if name != "-" and parallel.usable(Path(name))
+                parallel.scan_file(path, extractor.scanner, stats, progress)
+                if path and plan is not None and not plan.rewrites
                 else None
             )
-            if scans is None:
+            if scans is not None and plan is not None:
+                feeder.use(plan)
+                feeder.blocks(scans)
+                stats.lines = feeder.lines
+            else:
                 blocks: Iterable[bytes] = iter_blocks(stream, stats)
                 if progress is not None:
                     blocks = _counting(blocks, progress, stream)
-                scans = (extractor.scanner.scan(block) for block in blocks)
-            feeder.blocks(scans)
-            stats.lines = feeder.lines  # the reader does not count them: the scanner does
+                plain = path if path is not None and plain_file(path) else None
+                unwrapper = Unwrapper(blocks, anchors, plain)
+                feeder.unwrapped(unwrapper)
+                stats.lines = unwrapper.physical if unwrapper.plan.rewrites else feeder.lines
+                notices.extend(f"{label}: {n}" for n in unwrapper.plan.describe())
+                notices.extend(f"{label}: {n}" for n in unwrapper.notices)
+            physical.update(feeder.physical)
             assembler.lines_read += stats.lines
             notices.extend(read_notices(stats))
     finally:
@@ -101,7 +115,7 @@ def read(
             if name != "-":
                 stream.close()
     notices.extend(extractor.notices(labels))
-    incident = assembler.incident()
+    incident = renumber(assembler.incident(), physical)
     if notices:
         incident = incident._replace(notices=incident.notices + tuple(notices))
     return incident

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from oomdoctor import units
-from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.extract.normalise import normalise
 from oomdoctor.model import Fact, Line, Scalar
 from oomdoctor.read.scan import Scanner
@@ -21,11 +21,15 @@ REFUSED = "_refused"
 REFUSED_SHOWN = 3
 #: The kind of every rule pattern's facts starts so (``pattern:<rule id>.<name>``).
 RULE_PATTERN = "pattern:"
-#: A process prefix in the middle of a line: a tqdm bar that lost its `\r` runs straight into the
-#: next record (`... 79.11it/s](EngineCore_DP0 pid=10311) ERROR ...`). The line is split there.
-_EMBEDDED_PREFIX = LazyPattern(
-    r"(?<=[^\s(])(?=\((?:[A-Za-z][\w.\-]*(?: rank=\d+)?) pid=\d+(?:, ip=[^)]*)?\) )"
-)
+
+
+def _split_at(head: re.Pattern[str], segment: str) -> list[str]:
+    """``segment`` cut before every record head that follows other (non-blank) text."""
+    cuts = [m.start() for m in head.finditer(segment, 1) if not segment[m.start() - 1].isspace()]
+    if not cuts:
+        return [segment]
+    bounds = [0, *cuts, len(segment)]
+    return [segment[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 class Matcher(Protocol):
@@ -167,25 +171,34 @@ class Extractor:
             )
 
     def facts(
-        self, source: int, candidates: Iterable[tuple[int, bytes]]
+        self,
+        source: int,
+        candidates: Iterable[tuple[int, bytes]],
+        prefix: re.Pattern[str] | None = None,
+        head: re.Pattern[str] | None = None,
     ) -> Iterator[tuple[Line, list[Fact]]]:
-        """For each candidate line (or ``\\r`` segment) that yields facts: the line and its facts."""
+        """For each candidate line (or ``\\r`` segment) that yields facts: the line and its facts.
+
+        ``prefix``: the wrapper's prefix learned for this input, stripped from each line.
+        ``head``: the record head most of its lines start with; where it appears inside a line
+        after other text (a progress bar that lost its ``\\r`` ran into the next record), the
+        line is split there."""
         for number, data in candidates:
             raw = data.decode("utf-8", "replace")
             segments = raw.split("\r") if "\r" in raw else [raw]
-            if "pid=" in raw:
-                segments = [p for seg in segments for p in _EMBEDDED_PREFIX.split(seg)]
+            if head is not None:
+                segments = [p for seg in segments for p in _split_at(head, seg)]
             for index, segment in enumerate(segments):
                 if not segment or (len(segments) > 1 and not self.scanner.has_anchor(segment)):
                     continue
-                result = self._segment(source, number, index, segment)
+                result = self._segment(source, number, index, segment, prefix)
                 if result is not None:
                     yield result
 
     def _segment(
-        self, source: int, number: int, index: int, segment: str
+        self, source: int, number: int, index: int, segment: str, prefix: re.Pattern[str] | None
     ) -> tuple[Line, list[Fact]] | None:
-        env = normalise(segment)
+        env = normalise(segment, prefix)
         key = (source, env.actor_pid)
         stream = self._streams.get(key)
         if stream is None:

@@ -1,12 +1,16 @@
 """Strip the envelopes around a log message and remember what they said.
 
-Outer prefixes come from the way the log was collected (kubectl, docker compose, Ray, journald,
-Markdown quoting in an issue, ANSI colour); the inner envelope is the logger's own (SGLang,
-SGLang Omni, vLLM, Python's default). Outer ones are peeled repeatedly, the inner one once.
+A wrapper's prefix (kubectl, docker compose, journald, a log platform, Markdown quoting, line
+numbers) is not listed here: it is learned from the log itself (shape.py) and handed in as a
+template, stripped first; what it held (a timestamp) is kept. Then the known outer prefixes,
+which carry facts, are peeled (Ray's and vLLM's `(Name pid=N)`, torch's `[rankN]:`, a `> `
+quote, a collector's RFC 3339 timestamp), and one inner envelope, the logger's own (SGLang,
+SGLang Omni, vLLM, Python's default, c10, glog, torch_npu), is parsed.
 """
 
 from __future__ import annotations
 
+import re
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -14,27 +18,38 @@ from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.units import integer
 
 _ANSI = LazyPattern(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-B]")
-_CONTROL = LazyPattern(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+#: Control characters, and the byte-order mark a Windows editor leaves at the start.
+_CONTROL = LazyPattern(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff]")
 
 # Outer prefixes, tried in order until none applies.
 _QUOTE = LazyPattern(r"^[ ]{0,3}>[ ]?")
-_KUBECTL_TS = LazyPattern(
-    r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}))\s"
+#: A collector's timestamp (kubectl --timestamps, Docker, CI viewers, log platforms): RFC 3339
+#: with its `T` and zone, maybe bracketed. No engine prints this form (SGLang writes a space,
+#: vLLM month-day, Omni a comma), so it is stripped wherever it starts a line.
+_COLLECTOR_TS = LazyPattern(
+    r"^\[?(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}))\]?\s"
 )
-_KUBECTL_PREFIX = LazyPattern(r"^\[pod/[^\]\s]+\]\s")
-_COMPOSE = LazyPattern(r"^[A-Za-z0-9][\w.-]*\s+\|(?: |$)")
 _RAY = LazyPattern(r"^\((?P<actor>[\w.\-]+(?: [\w.\-=]+)*?) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
 #: torch.distributed's elastic agent prefixes every line of a rank: `[rank0]: `.
 _TORCH_RANK = LazyPattern(r"^\[rank(?P<rank>\d+)\]:\s?")
-#: Buildkite and similar CI viewers: `[2026-02-24T20:21:58Z] `.
-_CI_TS = LazyPattern(r"^\[(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z?)\]\s")
 #: vLLM worker prefixes name their rank: `(VllmWorker TP1 pid=N)`, `(VllmWorker PP0_TP1 pid=N)`,
 #: `(VllmWorker rank=1 pid=N)`.
 _ACTOR_RANK = LazyPattern(r"(?<![A-Za-z0-9])(?:(?P<pp>PP\d+)_)?(?P<tp>TP\d+)\b|\brank=(?P<n>\d+)")
-_JOURNALD = LazyPattern(
-    r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}) \S+ [\w.\-/@]+(?:\[\d+\])?: "
-)
 _RAY_REPEAT = LazyPattern(r"\s*\[repeated \d+x across cluster\]\s*$")
+#: A timestamp inside a learned prefix (any of the usual date-time forms), kept as the line's.
+_PREFIX_TS = LazyPattern(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}"
+)
+#: SGLang 0.1.x - 0.2.12 put the GPU in the message (sglang-logs.md §10.1): a known shape that a
+#: learned prefix stops before.
+_SGLANG_GPU = LazyPattern(r"^\[gpu(?:_id)?=\d+\] ")
+#: Python's own record starts, after a prefix nothing else explained (one line of a FastChat
+#: or a cut vLLM header among other lines): the prefix ends with `] ` or `| ` and holds a
+#: digit; what follows is a traceback's head or an exception line.
+_RECORD_AFTER = LazyPattern(
+    r"^(?P<head>[^'\"]{0,100}?\d[^'\"]{0,100}?[\]|] )(?=Traceback \(most recent call last\):|"
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): )"
+)
 
 # Inner envelopes (the logger's format).
 _SGLANG = LazyPattern(
@@ -56,16 +71,6 @@ _VLLM = LazyPattern(
     r"(?:\.\d+)? \[?(?P<src>[\w.\-]+:\d+)\] ?"
 )
 _PYLOG = LazyPattern(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.\-]+):")
-_ISO_LEVEL = LazyPattern(  # generic "2025-01-01 12:00:00[.,]123 LEVEL ..." / "... | LEVEL | ..."
-    r"^(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)\s*(?:\|\s*)?"
-    r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s*(?:\|\s*)?(?:[\w.\-]+:\d+\s*(?:-\s*)?)?"
-    r"(?:(?:stdout|stderr)\s*\|\s*)?"  # FastChat: `... | ERROR | stderr | `
-)
-#: `2026-05-20 00:55:15,994 xinference.core.worker 155 ERROR    msg` (logger, pid, level).
-_ISO_LOGGER = LazyPattern(
-    r"^(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?) (?P<logger>[A-Za-z_][\w.\-]*)"
-    r"(?: \d+)? (?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-)
 #: c10's C++ logger (pytorch-oom.md §5.5), after any `[rankN]:`: `[W812 16:00:28.64 file.cpp:N] `.
 _TORCH_CPP = LazyPattern(
     r"^\[(?P<sev>[IWEF])(?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?)? (?P<src>[\w.\-]+:\d+)\] ?"
@@ -77,8 +82,6 @@ _ASCEND = LazyPattern(
     r"^\[(?P<level>ERROR|WARN|WARNING|INFO|DEBUG|EVENT)\] (?P<ts>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})"
     r" \(PID:\d+, Device:-?\d+, RankID:(?P<rank>-?\d+)\) "
 )
-#: A vLLM header whose start was cut off in a paste: `[multiproc_executor.py:492] msg`.
-_VLLM_CUT = LazyPattern(r"^\[(?P<src>[\w.\-]+\.py:\d+)\] ")
 _LEVELS = MappingProxyType({"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"})
 #: Loggers that make an Omni-format line an SGLang (Omni) line.
 _SGLANG_LOGGERS = ("sglang_omni", "stage_workers", "sglang.")
@@ -105,10 +108,18 @@ def clean(raw: str) -> str:
     return _CONTROL.sub("", raw)
 
 
-def normalise(raw: str) -> Envelope:
-    """Split one physical line into its message and the envelope facts around it."""
+def normalise(raw: str, prefix: re.Pattern[str] | None = None) -> Envelope:
+    """Split one physical line into its message and the envelope facts around it.
+
+    ``prefix``: the template of the wrapper's prefix learned for this input (shape.py), if any.
+    """
     text = clean(raw).rstrip("\n")
     outer = _Outer()
+    if prefix is not None:
+        m = prefix.match(text)
+        if m is not None and m.end():
+            outer.learned(text[: m.end()])
+            text = text[m.end() :]
     for _ in range(8):  # outer prefixes nest at most a few deep
         before = text
         text = outer.peel(text)
@@ -117,6 +128,28 @@ def normalise(raw: str) -> Envelope:
     if "[repeated" in text:
         text = _RAY_REPEAT.sub("", text)
     return _inner(text, outer)
+
+
+def outer_length(text: str) -> int:
+    """How much of a (clean) line the known outer prefixes take (`(Name pid=N) `, `[rankN]: `,
+    a quote, a collector's time), 0 if none."""
+    rest = text
+    outer = _Outer()
+    for _ in range(8):
+        before = rest
+        rest = outer.peel(rest)
+        if rest == before:
+            break
+    return len(text) - len(rest)
+
+
+def known_at(text: str) -> bool:
+    """Whether ``text`` starts with a prefix or envelope this module parses (a learned prefix
+    ends before it: what it says is read, not stripped blind)."""
+    text = clean(text)
+    if _RAY.match(text) or _TORCH_RANK.match(text) or _SGLANG_GPU.match(text):
+        return True
+    return _inner(text, _Outer()).enveloped
 
 
 class _Outer:
@@ -130,20 +163,16 @@ class _Outer:
         self.actor: str | None = None
         self.actor_rank: str | None = None
 
+    def learned(self, head: str) -> None:
+        """What a learned prefix said: its timestamp, where it has one."""
+        m = _PREFIX_TS.search(head)
+        if m is not None:
+            self.ts = self.ts or m.group().replace("T", " ")
+
     def peel(self, text: str) -> str:
-        m = _KUBECTL_TS.match(text) or _CI_TS.match(text)
+        m = _COLLECTOR_TS.match(text)
         if m:
             self.ts = self.ts or m.group("ts").replace("T", " ").rstrip("Z")
-            text = text[m.end() :]
-        m = _KUBECTL_PREFIX.match(text)
-        if m:
-            text = text[m.end() :]
-        m = _JOURNALD.match(text)
-        if m:
-            self.ts = self.ts or m.group("ts")
-            text = text[m.end() :]
-        m = _COMPOSE.match(text)
-        if m:
             text = text[m.end() :]
         m = _RAY.match(text)
         if m:
@@ -224,9 +253,6 @@ def _inner(text: str, outer: _Outer) -> Envelope:
                 ts=m.group("ts"),
                 level=m.group("level"),
             )
-        m = _VLLM_CUT.match(text)
-        if m:
-            return _env(text[m.end() :], outer, "vllm")
     elif first.isdigit():
         m = _OMNI.match(text)
         if m:
@@ -235,16 +261,6 @@ def _inner(text: str, outer: _Outer) -> Envelope:
             stamp = f"{m.group('ts')}.{m.group('ms')}"
             return _env(
                 text[m.end() :], outer, style, ts=stamp, level=m.group("level"), logger=logger
-            )
-        m = _ISO_LEVEL.match(text) or _ISO_LOGGER.match(text)
-        if m:
-            return _env(
-                text[m.end() :],
-                outer,
-                "iso",
-                ts=m.group("ts"),
-                level=m.group("level"),
-                logger=m.groupdict().get("logger"),
             )
     elif first in "DIWECF":
         m = _VLLM.match(text)
@@ -266,6 +282,9 @@ def _inner(text: str, outer: _Outer) -> Envelope:
                 level=gd.get("level") or _LEVELS.get(gd.get("sev") or ""),
                 logger=gd.get("logger"),
             )
+    m = _RECORD_AFTER.match(text) if first not in " \t" else None
+    if m is not None:
+        return _env(text[m.end() :], outer, None)
     return _env(text, outer, None)
 
 

@@ -1,12 +1,19 @@
 """From scanned blocks to the assembler: number the candidate lines, extract their facts, and
-hand over the block's stats summary. Shared by files, stdin, gzip, `watch` and `--follow`."""
+hand over the block's stats summary. Shared by files, stdin, gzip, `watch` and `--follow`.
+
+Lines are numbered in reading order. Where the reader rewrote the input (extract/unwrap.py), a
+block also gives each of its lines' physical number; the feeder keeps those of the lines it fed
+(``physical``), for extract/renumber.py once the incident is assembled."""
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from oomdoctor.extract.facts import Extractor
+from oomdoctor.extract.plan import Plan
+from oomdoctor.extract.unwrap import Unwrapper
 from oomdoctor.incident.assemble import Assembler
 from oomdoctor.model import Fact, Line
 from oomdoctor.read.scan import BlockScan
@@ -29,8 +36,16 @@ class Feeder:
         self.source = source
         self.lines = 0  # lines before the next block
         self._on_facts = on_facts
+        #: (source, line number in reading order) → the physical line, where they differ
+        self.physical: dict[tuple[int, int], int] = {}
+        #: the wrapper's learned prefix and record head (extract/plan.py), if any
+        self.prefix: re.Pattern[str] | None = None
+        self.head: re.Pattern[str] | None = None
+        self._numbers: Sequence[int] | None = None
 
-    def block(self, scan: BlockScan) -> None:
+    def block(self, scan: BlockScan, numbers: Sequence[int] | None = None) -> None:
+        """One scanned block; ``numbers``: the physical line of each of its lines."""
+        self._numbers = numbers
         items = dict(scan.candidates)
         if scan.stats is not None:
             for last in (scan.stats.last_prefill, scan.stats.last_decode):
@@ -49,8 +64,14 @@ class Feeder:
         self.lines += scan.newlines
 
     def _feed(self, items: list[tuple[int, bytes]]) -> None:
+        numbers = self._numbers
+        if numbers is not None:
+            for index, _ in items:
+                if index < len(numbers):
+                    self.physical[(self.source, self.lines + index + 1)] = numbers[index]
         numbered = ((self.lines + index + 1, raw) for index, raw in items)
-        for line, facts in self.extractor.facts(self.source, numbered):
+        facts_of = self.extractor.facts(self.source, numbered, self.prefix, self.head)
+        for line, facts in facts_of:
             self.assembler.feed(line, facts)
             if self._on_facts is not None:
                 self._on_facts(line, facts)
@@ -58,3 +79,17 @@ class Feeder:
     def blocks(self, scans: Iterable[BlockScan]) -> None:
         for scan in scans:
             self.block(scan)
+
+    def use(self, plan: Plan) -> None:
+        """Strip the plan's learned prefix from each line, split lines at its record head."""
+        self.prefix = plan.prefix.compiled() if plan.prefix is not None else None
+        # found inside a line: from a word's start, not from the middle of one
+        self.head = re.compile(r"(?<!\w)" + plan.head.regex[1:]) if plan.head else None
+
+    def unwrapped(self, source: Unwrapper) -> None:
+        """Scan and feed the blocks of an input with its wrapper taken off."""
+        scan = self.extractor.scanner.scan
+        for n, block in enumerate(source):
+            if n == 0:
+                self.use(source.plan)
+            self.block(scan(block.data), block.numbers)
