@@ -394,12 +394,12 @@ COMPUTED = [
         (),
         id="encoder-vllm-profile",
     ),
-    # V0 encoder-decoder profile: max_num_seqs 128 > 16 -> 16.
+    # V0 encoder-decoder profile: max_num_seqs 150 > 16 -> 16.
     pytest.param(
         "reserve_encoder/vllm",
         "vllm-0.6.4/mllama-profile-run-oom.log",
-        Want(0, "--max-num-seqs", "lower", 16, 128),
-        ("(today 128)",),
+        Want(0, "--max-num-seqs", "lower", 16, 150),
+        ("(today 150)",),
         id="encoder-vllm-enc-dec",
     ),
     # -- kv_slots ------------------------------------------------------------------------------
