@@ -1,0 +1,1 @@
+"""Repository tools (not shipped in the wheel)."""
