@@ -260,12 +260,34 @@ SIGNATURES: tuple[Signature, ...] = (
         'File "',
         r'^\s*File "(?P<path>[^"]+)", line (?P<lineno>\d+), in (?P<func>[^\s(]+)',
     ),
-    sig(  # IPython / Jupyter: `File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(...)`,
-        # in JupyterLab as a Markdown link `File [~/x.py:64](http://host/lab/tree/x.py#line=63), in f`
+    # IPython's frames (IPython/core/ultratb.py, read from the 7.34.0, 8.18.1 and 9.18.1 sdists).
+    # 8.x/9.x `File {compress_user(path)}:{lineno}, in {qualname}{args}`, the cell as
+    # `Cell In[{n}], line {lineno}` (`, in f(x)` for a function defined in a cell); a module-level
+    # frame has no `, in` part. A rendered notebook pasted as Markdown links the path or the line:
+    # JupyterLab `File [~/x.py:64](http://host/lab/tree/x.py#line=63), in f`, VS Code
+    # `File [~/x.py:64](file:///home/u/x.py:64), in f` and
+    # `Cell In[5], [line 2](vscode-notebook-cell:?execution_count=5&line=2)`.
+    sig(
         "frame",
         ("File [", "File ~", "File /"),
         r"^\s*File \[?(?P<path>[^\]\s,()]+?\.py):(?P<lineno>\d+)(?:\]\([^)]*\))?, in "
         r"(?P<func>[\w.<>]+)",
+    ),
+    sig(
+        "frame",
+        "Cell In[",
+        r"^\s*Cell (?P<path>In\[\d*\]), \[?line (?P<lineno>\d+)(?:\]\([^)]*\))?"
+        r"(?:, in (?P<func>[\w.<>]+))?",
+        lambda m: {**groups(m), "func": m.group("func") or "<module>"},
+    ),
+    # 7.x (and 8.x's fallback for a file over 10,000 lines): `{path} in {func}{args}` with no
+    # line number (the `---->` arrow under it has it); the cell is `<ipython-input-3-0c9e2ad3b6f1>
+    # in <module>` (ipykernel 5), `/tmp/ipykernel_N/M.py in <module>` (ipykernel 6).
+    sig(
+        "frame",
+        (".py in ", "<ipython-input-"),
+        r"^(?P<path>(?:~|/|[A-Za-z]:\\)\S*?\.py|<ipython-input-[\w-]+>) in "
+        r"(?P<func>[\w.<>]+)(?:\(|$)",
     ),
     sig(
         "exception",

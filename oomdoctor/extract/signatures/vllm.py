@@ -142,18 +142,40 @@ SIGNATURES: tuple[Signature, ...] = (
         "Graph capturing finished",
         r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<g>-?[\d.]+) GiB",
     ),
+    # The multimodal profile run and its budget, in every wording read from the sdists (0.6.3,
+    # 0.6.6, 0.7.3, 0.8.4, 0.8.5, 0.9.2, 0.10.1, 0.11.0, 0.14.0, 0.20.0, 0.27.0, 0.33.0):
+    # - V0 encoder-decoder runner (enc_dec_model_runner.py, 0.6.x - 0.10.x):
+    #   `Starting profile run for multi-modal models.`
+    # - V0 model_runner.py profile_run when max_mm_tokens > 0 (0.6.x - 0.10.x): `Computed
+    #   max_num_seqs (min({seqs}, {batched} // {mm_tokens})) to be less than 1. Setting it to the
+    #   minimum value of 1.`
+    # - V0 dummy data longer than the profiled sequence (the images are then left out of the
+    #   profile): 0.6.6 - 0.7.x `The context length ({n}) of the model is too short to hold the
+    #   multi-modal embeddings in the worst case ({t} tokens in total, out of which {d} are reserved
+    #   for multi-modal embeddings). ...`; 0.8.x - 0.11.x `The sequence length used for profiling
+    #   (max_num_batched_tokens / max_num_seqs = {n}) is too short to hold ...` and `The encoder
+    #   sequence length used for profiling (... = {n})  is too short ...` (two spaces in 0.8.x).
+    # - V1 gpu_model_runner.py / tpu_model_runner.py (0.7.3 - 0.33.0, info_once from 0.20) and
+    #   gpu/mm/encoder_runner.py (0.27+): `Encoder cache will be initialized with a budget of {b}
+    #   tokens, and profiled with {n} {modality} items of the maximum feature size.`
+    # Not members: `Skipping memory profiling for multimodal encoder and encoder cache.`,
+    # `Skipping encoder profiling for embedding-only mode ...`, `... Encoder cache will not be
+    # initialized.` (no multimodal profile runs).
     sig(
         "vllm_mm_profile",
         (
             "profile run for multi-modal models",
             "Encoder cache will be initialized",
             "to hold the multi-modal embeddings",
+            "Computed max_num_seqs (",
         ),
         r"Starting profile run for multi-modal models"
         r"|Encoder cache will be initialized with a budget of (?P<budget>\d+) tokens, and "
         r"profiled with (?P<items>\d+) (?P<modality>\w+) items"
-        r"|too short to hold the multi-modal embeddings in the worst case \((?P<mm_tokens>\d+) "
-        r"tokens in total",
+        r"|(?:context length \((?P<seq_len>\d+)\) of the model |max_num_seqs = "
+        r"(?P<profile_len>\d+)\)\s+)?is too short to hold the multi-modal embeddings in the worst "
+        r"case \((?P<mm_tokens>\d+) tokens in total"
+        r"|Computed max_num_seqs \((?P<seqs_expr>min\([^)]*\))\) to be less than 1",
     ),
     sig(
         "vllm_ready",
