@@ -2,8 +2,9 @@
 out, looked up in the tables generated from the engines' own sources (``generated/``, built by
 ``python -m tools.gen_knowledge``; see ``tools/gen_knowledge/__init__.py``).
 
-``frame_role`` decides, in order: an override (``overrides.toml``: torch, NCCL and the memory
-savers, which the generator does not read); for a multimodal model file, the printed code line's
+``frame_role`` decides, in order: for a path outside the engines' packages, an override
+(``overrides.toml``: torch, NCCL and the memory savers, which the generator does not read); for
+a multimodal model file, the printed code line's
 hash when that line occurs only in encoder methods of the file, then ``(func, lineno)`` by the
 majority of the indexed releases whose file has a function of that name at that line, then
 ``func`` alone when every
@@ -63,14 +64,14 @@ class _Mm(NamedTuple):
 
 def frame_role(path: str, func: str, lineno: int | None = None, code: str = "") -> CodeRole | None:
     """The site and phase of one traceback frame, or None when no table knows its code."""
-    text = path.replace("\\", "/")
     name = func.rsplit(".", 1)[-1]
-    for rule in _overrides():
-        if rule.path in text and (not rule.func or rule.func == name):
-            package = rule.path.strip("/").split("/", 1)[0]
-            return CodeRole(rule.site, rule.phase, package, rule.path, name, rule.reason)
     module = module_path(path, tables.known)
     if module is None:
+        text = path.replace("\\", "/")
+        for rule in _overrides():
+            if rule.path in text and (not rule.func or rule.func == name):
+                package = rule.path.strip("/").split("/", 1)[0]
+                return CodeRole(rule.site, rule.phase, package, rule.path, name, rule.reason)
         return None
     engine = engine_of(module)
     mm = _multimodal(module, engine, func, lineno, code)

@@ -56,7 +56,7 @@ def module_path(path: str, known: Callable[[str], bool] | None = None) -> str | 
     if not starts:
         return None
     candidates = ["/".join(parts[i:]) for i in reversed(starts)]
-    if known is not None:
+    if known is not None and len(candidates) > 1:
         for candidate in candidates:
             if known(candidate):
                 return candidate

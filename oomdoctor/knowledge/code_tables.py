@@ -90,12 +90,10 @@ def versions(engine: str, mask: int) -> str:
 
 
 def known(module: str) -> bool:
-    """Whether any table holds ``module``."""
-    return (
-        module in table("multimodal.json").get("files", {})
-        or module in table("functions.json").get("functions", {})
-        or module in table("messages.json").get("messages", {})
-    )
+    """Whether a frame table holds ``module``."""
+    return module in table("multimodal.json").get("files", {}) or module in table(
+        "functions.json"
+    ).get("functions", {})
 
 
 @lru_cache(maxsize=512)
