@@ -48,7 +48,6 @@ class Plan(NamedTuple):
     prefix: Template | None = None
     wraps: tuple[Wrap, ...] = ()  # outermost first (a terminal's cut of a mail's wrap)
     head: Template | None = None
-    pieces: Template | None = None  # the prefix every physical line has (the wraps' pieces)
 
     @property
     def rewrites(self) -> bool:
@@ -104,14 +103,14 @@ def detect(head: Sequence[str], anchors: Sequence[str]) -> Plan:
     def forbidden(head: str) -> bool:
         return any(a in head for a in anchors)
 
-    prefix = pieces = shape.learn(lines, PREFIX_SHARE, known_at, forbidden)
+    prefix = shape.learn(lines, PREFIX_SHARE, known_at, forbidden)
     wraps: list[Wrap] = []
     records = lines
     for _ in range(MAX_WRAPS):  # a wrap of a wrap: a terminal's copy of a re-wrapped paste
         wrap = wrapping.detect(records, _stripper(prefix), raw)
         if wrap is None:
             break
-        wraps.append(wrap)
+        wraps.append(wrap._replace(pieces=prefix.regex if prefix is not None else None))
         raw = records = _starts(raw, wrap, prefix)
         if prefix is None:  # on the records, the prefix the pieces lacked shows
             prefix = shape.learn(records, PREFIX_SHARE, known_at, forbidden)
@@ -122,11 +121,11 @@ def detect(head: Sequence[str], anchors: Sequence[str]) -> Plan:
         # SAMPLE_LINES).
         records, _ = _records([ln.rstrip("\r") for ln in head], reverse, json)
         for wrap in wraps:
-            records = _starts(records, wrap, pieces or prefix)
+            records = _starts(records, wrap, _template(wrap.pieces))
         whole = shape.learn(records, PREFIX_SHARE, known_at, forbidden)
         if whole is not None and (prefix is None or len(whole.shape) > len(prefix.shape)):
             prefix = whole
-    return Plan(reverse, json, cri, prefix, tuple(wraps), _record_head(lines, prefix), pieces)
+    return Plan(reverse, json, cri, prefix, tuple(wraps), _record_head(lines, prefix))
 
 
 def _records(raw: Sequence[str], reverse: bool, json: JsonPlan | None) -> tuple[list[str], bool]:
@@ -163,6 +162,10 @@ def _record_head(lines: Sequence[str], prefix: Template | None) -> Template | No
     if head is None or "9" not in head.shape or head.shape.rstrip()[-1:] not in _HEAD_ENDS:
         return None
     return head
+
+
+def _template(regex: str | None) -> Template | None:
+    return Template(regex, "", 1.0) if regex is not None else None
 
 
 def body_regex(prefix: Template | None) -> re.Pattern[str]:

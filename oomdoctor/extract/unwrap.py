@@ -11,6 +11,7 @@ file), so that evidence cites the line as the user has it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -56,9 +57,15 @@ class Unwrapper:
         self.notices: list[str] = []
 
     def __iter__(self) -> Iterator[Block]:
-        first = next(self._blocks, None)
-        if first is None:
+        held: list[bytes] = []  # a pipe hands over what it has: gather the head to look at
+        while sum(len(b) for b in held) < SAMPLE_BYTES:
+            block = next(self._blocks, None)
+            if block is None:
+                break
+            held.append(block)
+        if not held:
             return
+        first = b"".join(held) if len(held) > 1 else held[0]
         self.plan = plan = detect(_sample(first), self._anchors)
         if not plan.rewrites:
             yield Block(first)
@@ -127,16 +134,17 @@ class Unwrapper:
             numbers.append(number)
             size += len(data) + 1
 
-        prefix = body_regex(plan.pieces)
         joiners: list[Joiner] = []
 
         def shown(number: int, text: str) -> None:
             emit(number, clean(text))
 
         push: Callable[[int, str], None] = shown
-        record = plan.prefix.compiled() if plan.prefix not in (None, plan.pieces) else None
         for wrap in reversed(plan.wraps):  # the innermost wrap is undone last
-            joiners.append(Joiner(wrap, prefix, push, record))
+            pieces = re.compile(wrap.pieces) if wrap.pieces is not None else body_regex(None)
+            whole = plan.prefix
+            record = whole.compiled() if whole is not None and whole.regex != wrap.pieces else None
+            joiners.append(Joiner(wrap, pieces, push, record))
             push = joiners[-1].push
         cri: dict[bytes, tuple[int, bytes]] = {}
         for number, raw in physical:
@@ -153,8 +161,8 @@ class Unwrapper:
                         continue
                     number, raw = start, held
             text = raw.decode("utf-8", "surrogateescape")
-            pieces = jsonlines.unpack(text, plan.json) if plan.json is not None else None
-            for piece in pieces if pieces is not None else (text,):
+            unpacked = jsonlines.unpack(text, plan.json) if plan.json is not None else None
+            for piece in unpacked if unpacked is not None else (text,):
                 push(number, piece)
             if size >= BLOCK_SIZE:
                 yield Block(b"\n".join(out) + b"\n", numbers)

@@ -16,6 +16,7 @@ log's long lines are not joined: they are followed by records, or they are not a
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -64,6 +65,7 @@ class Wrap(NamedTuple):
     indent: int = 0
     body: bool = False
     shown: bool = True  # the width counts what a terminal shows (not colour codes)
+    pieces: str | None = None  # the regex of the prefix every piece carries (None: none learned)
 
 
 def starts_record(text: str, soft: bool, carried: int = 0) -> bool:
@@ -71,7 +73,14 @@ def starts_record(text: str, soft: bool, carried: int = 0) -> bool:
     not continue the line before it. (An exception line is one when it is not indented: an
     indented one is a wrap's continuation of a message that named an exception.) ``carried``:
     the indent a hard wrap gives what it carries over; a traceback's head so indented (Python
-    writes it unindented), or a frame (Python indents it by two), is carried over too."""
+    writes it unindented), or a frame (Python indents it by two), is carried over too.
+    (``soft`` is the kind of wrap asked about; both read a line alike today.)"""
+    return _starts(text, carried)
+
+
+@functools.lru_cache(maxsize=4096)
+def _starts(text: str, carried: int) -> bool:
+    """starts_record, remembered: detection asks about the same lines several times."""
     if not text.strip():
         return True
     stripped = text.lstrip()
@@ -124,7 +133,7 @@ def detect(
         for w in (_soft(raw, bodies), _hard(raw, bodies)):
             if w is not None:
                 found.append((w[0], w[1]._replace(shown=False)))
-    if body is not None:
+    if body is not None and bodies != list(lines):
         for w in (_soft(bodies, bodies), _hard(bodies, bodies)):
             if w is not None:
                 found.append((w[0], w[1]._replace(body=True)))
@@ -151,7 +160,7 @@ def _soft(texts: Sequence[str], bodies: Sequence[str]) -> tuple[int, Wrap] | Non
     ]
     # A terminal cuts anywhere: what follows a cut seldom starts with spaces. (A hard wrap that
     # indents its continuation lines can also pile them up at one length.)
-    indented = sum(1 for i in cuts if bodies[i + 1][:1].isspace())
+    indented = sum(1 for i in cuts if bodies[i + 1][:2].isspace())
     # ... and most lines at the width go on: a log's own lines that happen to share the longest
     # length (a stats line's template) are followed by records.
     went_on = len(cuts) * 5 >= 3 * sum(1 for n in lengths[:-1] if n == width)
@@ -177,11 +186,13 @@ def _soft_cut(here: str, nxt: str) -> bool:
 
 
 def _mid_word(here: str, nxt: str) -> bool:
-    """A cut inside a word or a number (`limi` / `t: 49152`), or just after a space: no line of a
-    log ends so."""
+    """A cut inside a word or a number (`limi` / `t: 49152`), or next to a space: no line of a
+    log ends so, and none starts with a single space."""
     a, b = here[-1:], nxt[:1]
     if a == " ":  # a log line does not end with a space; a cut after one goes on
         return bool(b.strip())
+    if b == " " and nxt[1:2].strip():  # one space, not an indent: a cut just before it
+        return bool(a.strip())
     return (a.isalpha() and b.islower()) or (a.isdigit() and b.isdigit())
 
 
@@ -286,7 +297,8 @@ class Joiner:
         record: re.Pattern[str] | None = None,
     ) -> None:
         """``prefix``: what every physical line carries (the wrap's pieces too); ``record``:
-        the longer prefix that only the lines starting records carry, if any."""
+        the longer prefix that only the lines starting records carry, if any (a line that has
+        it starts a record)."""
         self.wrap = wrap
         self._prefix = prefix
         self._record = record
@@ -316,7 +328,8 @@ class Joiner:
             self._pieces += 1
             self._measure(text, body, hidden, carried=True)
             return
-        if self._text is not None and self._continues(body):
+        starts = self._record is not None and self._record.match(text) is not None
+        if self._text is not None and not starts and self._continues(body):
             piece = body  # a piece that carries the prefix again leaves it out
             joined = piece if self.wrap.soft else " " + piece.lstrip(" ")
             self._text += joined
