@@ -9,7 +9,6 @@ RFC 3339 timestamp, goes in front of its text, where the learned prefix reads it
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -37,6 +36,8 @@ def _object(line: str) -> dict[str, Any] | None:
     s = line.strip()
     if not (s.startswith("{") and s.endswith("}")):
         return None
+    import json  # loaded when a line looks like a JSON object (a start-up saved for the rest)
+
     try:
         value = json.loads(s)
     except ValueError:

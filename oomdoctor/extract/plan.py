@@ -28,7 +28,7 @@ PREFIX_SHARE = 0.85
 HEAD_SHARE = 0.5
 HEAD_CHARS = 12
 #: The envelope is learned from at most about this many lines.
-HEADS_FROM = 60
+HEADS_FROM = 24
 _HEAD_ENDS = frozenset("])|:")
 #: CRI (containerd, CRI-O: `/var/log/pods/...`): `<RFC 3339 time> <stream> <P|F> <text>`.
 _QUOTE = LazyPattern(r"^(?: {0,3}> ?)+")

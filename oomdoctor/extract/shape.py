@@ -24,7 +24,7 @@ HEAD_CHARS = 160
 #: At most this many units in a template (Loki's labels are the longest prefixes met); the
 #: first FIRST_UNITS are read first, the rest only when a template reaches that far.
 MAX_UNITS = 48
-FIRST_UNITS = 16
+FIRST_UNITS = 24
 #: Fewer sample lines than this teach nothing (a shape needs repetition to be told from text).
 MIN_LINES = 3
 #: A unit: a line number (spaces then digits, at the start only), digits, a word, a run of
@@ -33,7 +33,7 @@ _UNIT = LazyPattern(r"\d+|[A-Za-z_]+| +|\t|.", re.S)
 _LEADING_NUMBER = LazyPattern(r" *\d+")
 _DIGIT = LazyPattern(r"\d")
 #: A template is learned from at most about this many lines (spread over the sample).
-LEARNED_FROM = 100
+LEARNED_FROM = 64
 #: Whether most lines start with a known envelope is told from at most this many of them.
 TESTED = 48
 _SEPARATORS = frozenset(" \t")

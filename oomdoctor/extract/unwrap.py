@@ -21,7 +21,6 @@ from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.extract.normalise import clean
 from oomdoctor.extract.plan import SAMPLE_BYTES, Plan, body_regex, detect
 from oomdoctor.extract.wrapping import Joiner
-from oomdoctor.read.backwards import count_lines, lines_backwards
 from oomdoctor.read.decode import BLOCK_SIZE
 
 #: A pipe's newest-first lines are held up to this many bytes to be put back in order.
@@ -87,6 +86,8 @@ class Unwrapper:
                     yield n, line
             return
         if self._path is not None:
+            from oomdoctor.read.backwards import count_lines, lines_backwards
+
             total = count_lines(self._path)
             for k, line in enumerate(lines_backwards(self._path)):
                 if self._on_bytes is not None:
