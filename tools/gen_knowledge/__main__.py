@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "seeds_matched": tables.seeds_matched,
         "unmatched_roles": sorted(role for role, n in matched.items() if n == 0),
+        "unmatched_seeds": sorted(seed for seed, n in tables.seed_hits.items() if n == 0),
         "unparsed_files": tables.unparsed,
         "vision_not_encoder": sorted(
             f"{path}:{cls} ({why})" for path, cls, why in tables.vision_other

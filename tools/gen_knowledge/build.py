@@ -7,6 +7,7 @@ says which releases it holds in; identical files of several releases are stored 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import re
 import sys
@@ -49,6 +50,7 @@ class Tables:
     messages: dict[tuple[str, tuple[str, ...], str, str, str], int] = field(default_factory=dict)
     stages: dict[str, Json] = field(default_factory=dict)
     seeds_matched: dict[str, dict[str, int]] = field(default_factory=dict)
+    seed_hits: dict[str, int] = field(default_factory=dict)  # seed -> releases defining it
     #: Classes named *Vision* in a multimodal file that are not encoder classes, and why.
     vision_other: dict[tuple[str, str, str], int] = field(default_factory=dict)
     unparsed: dict[str, int] = field(default_factory=dict)
@@ -134,8 +136,8 @@ def _multimodal(tables: Tables, release: Release, seeds: Json, mask: int) -> Non
                     tables.tops.setdefault(info.path, {}).setdefault(cname, set()).add(name)
                 else:
                     names.append(name)
-            if role == "e":
-                enc_spans.append((cls.start, cls.end))
+            if role == "e":  # a frame in a tower's __init__ is weight loading, not the encoder
+                enc_spans.extend(span for m, span in cls.methods.items() if m != "__init__")
             via = "" if role == "t" else _via(str(extra))
             rows.append(((cname, role, ",".join(names), via), cls.start, cls.end))
         variants = tables.mm.setdefault(info.path, {})
@@ -163,12 +165,23 @@ def _lines(tables: Tables, path: str, source: str, spans: list[tuple[int, int]])
 def _functions(tables: Tables, release: Release, seeds: Json, mask: int) -> None:
     graph = callgraph.Graph(release)
     depth = int(seeds["graph"]["depth"])
-    site_seeds = {s["site"]: s["seeds"] for s in seeds["site"]}
-    phase_seeds = {p["phase"]: p["seeds"] for p in seeds["phase"]}
+    site_seeds = _role_seeds(seeds["site"], "site", release.engine)
+    phase_seeds = _role_seeds(seeds["phase"], "phase", release.engine)
     sites, s_counts = callgraph.assign(graph, site_seeds, depth)
     phases, p_counts = callgraph.assign(graph, phase_seeds, depth)
     key = f"{release.engine} {release.version}"
     tables.seeds_matched[key] = {**s_counts, **p_counts}
+    quals = {qual for info in release.files.values() for qual in info.functions}
+    for pattern in {
+        *(x for v in site_seeds.values() for x in v),
+        *(x for v in phase_seeds.values() for x in v),
+    }:
+        hit = (
+            pattern in quals
+            if not any(c in pattern for c in "*?[")
+            else bool(fnmatch.filter(quals, pattern))
+        )
+        tables.seed_hits[pattern] = tables.seed_hits.get(pattern, 0) + int(hit)
     per_engine = tables.functions.setdefault(release.engine, {})
     for node in set(sites) | set(phases):
         site, phase = sites.get(node), phases.get(node)
@@ -178,6 +191,15 @@ def _functions(tables: Tables, release: Release, seeds: Json, mask: int) -> None
         row = per_engine.setdefault(path, {}).setdefault(node[1], {})
         label = (site or "", phase or "")
         row[label] = row.get(label, 0) | mask
+
+
+def _role_seeds(entries: list[Json], kind: str, engine: str) -> dict[str, list[str]]:
+    """Role -> seed patterns for one engine (an entry with ``engines`` applies to those only)."""
+    out: dict[str, list[str]] = {}
+    for entry in entries:
+        if engine in entry.get("engines", [engine]):
+            out.setdefault(entry[kind], []).extend(entry["seeds"])
+    return out
 
 
 def _stages(tables: Tables, release: Release, vocab: Json, mask: int) -> None:
@@ -261,8 +283,10 @@ def to_json(tables: Tables, seeds: Json) -> dict[str, Json]:
     }
     by_name = patterns(seeds)
     msgs: dict[str, list[list[Any]]] = {}
+    least = int(seeds["messages"]["min_fragment"])
     for (_engine, frags, how, path, qual), m in sorted(tables.messages.items()):
-        msgs.setdefault(path, []).append([qual, HOW_CODES[how.partition(".")[0]], m, *frags])
+        kept = [f for f in frags if len(f) >= least]  # the lookup matches only these
+        msgs.setdefault(path, []).append([qual, HOW_CODES[how.partition(".")[0]], m, *kept])
     releases = dict(sorted(tables.releases.items()))
     return {
         "multimodal.json": {"releases": releases, "files": mm},
