@@ -1,10 +1,12 @@
 """The real logs users posted (../shared/real-logs, read in place, never copied), judged against
 their labels (labels.tsv), never against what oomdoctor said yesterday.
 
-- `test_real_log`: one test per log. It fails when the category is not the label's, when the
-  advice moves the fraction against the label's action (the score tool's "backwards"), or when a
-  lever the label names is missing from the advice. Its message reads like a line of
-  `../shared/tools/score-real-logs --misses`: the label, the verdict, the label's note.
+- `test_real_log`: one test per log. It fails when the advice moves the fraction against the
+  label's action (the score tool's "backwards": the bar is none at all), or when the category is
+  the label's and a lever the label names is missing from the advice. A category that is not the
+  label's is printed like a line of `../shared/tools/score-real-logs --misses` (the label, the
+  verdict, the label's note) and counted by `test_score`, whose bar allows a few: about 90 more
+  logs nobody here has seen judge the product, so one log is not a test of its own.
 - `test_score`: strict, harmful, backwards and confident-wrong over all logs, counted exactly as
   the score tool counts them, and failed below the bar of issue 20.
 - `test_the_score_is_the_tools`: the tool itself, run as a subprocess on a sample of logs, gives
@@ -217,12 +219,14 @@ def _lever_problems(row: Row, rep: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_real_log(row: Row, report_of: Report) -> None:
-    """The label's category, the advice not backwards, and the lever the label names."""
+    """The advice never backwards; with the label's category, the lever the label names."""
     rep = report_of(REAL_LOGS / f"{row['id']}.log")
     assert rep["verdict"]["category"] in CATEGORIES
     judged = judge(row, rep)
-    problems = _lever_problems(row, rep)
-    if not judged.strict or judged.backwards or problems:
+    problems = _lever_problems(row, rep) if judged.strict else []
+    if not judged.strict:
+        print(judged.label_line())  # a category miss: test_score counts it against the bar
+    if judged.backwards or problems:
         advice = [f"{a['flag']} {a['direction']} {a['value']}" for a in rep["actions"]]
         message = "\n".join(
             [
