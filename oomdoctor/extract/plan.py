@@ -24,6 +24,8 @@ SAMPLE_LINES = 200
 SAMPLE_BYTES = 64 << 10
 #: Share of the sample's lines a prefix must start (a wrapper writes it before every line).
 PREFIX_SHARE = 0.85
+#: ... and to be taken off the lines when their wrap is read (what a wrap carried over lacks it).
+PROBE_SHARE = 0.5
 #: Share of lines an envelope must start for it to be sought inside lines.
 HEAD_SHARE = 0.5
 HEAD_CHARS = 12
@@ -106,8 +108,11 @@ def detect(head: Sequence[str], anchors: Sequence[str]) -> Plan:
     prefix = shape.learn(lines, PREFIX_SHARE, known_at, forbidden)
     wraps: list[Wrap] = []
     records = lines
+    # what the wraps are read on: without the prefix, or one that half the lines have (a wrap
+    # keeps it off the lines it carried over)
+    probe = prefix or shape.learn(lines, PROBE_SHARE, known_at, forbidden)
     for _ in range(MAX_WRAPS):  # a wrap of a wrap: a terminal's copy of a re-wrapped paste
-        wrap = wrapping.detect(records, _stripper(prefix), raw)
+        wrap = wrapping.detect(records, _stripper(prefix or probe), raw)
         if wrap is None:
             break
         wraps.append(wrap._replace(pieces=prefix.regex if prefix is not None else None))
@@ -125,6 +130,9 @@ def detect(head: Sequence[str], anchors: Sequence[str]) -> Plan:
         whole = shape.learn(records, PREFIX_SHARE, known_at, forbidden)
         if whole is not None and (prefix is None or len(whole.shape) > len(prefix.shape)):
             prefix = whole
+    # Where the prefix is on fewer lines than PREFIX_SHARE but on half of them (a wrap that did
+    # not show, another paste's lines among them), it is still taken off where it fits.
+    prefix = prefix or probe
     return Plan(reverse, json, cri, prefix, tuple(wraps), _record_head(lines, prefix))
 
 

@@ -4,10 +4,11 @@ A wrapper puts the same kind of thing before every line: a timestamp of some for
 pod name, a PID, a service name and ``|``, a line number, a ``> `` quote, Loki's
 ``time<TAB>{labels}<TAB>``. Each line's head is cut into units (digits, words, runs of spaces,
 tabs, single other characters); the units most lines share, from the start, are the template,
-cut after a separator (a space or a tab). Digits and words become classes (``\\d+``,
-``[A-Za-z_]+``), punctuation stays literal, so the template fits every line of the log, not only
-the sample it was learned from. No list of formats is involved; the known logger envelopes only
-say where a learned prefix must stop (they are parsed, not stripped blind: normalise.py).
+cut after a separator (a space or a tab). Digits become ``\\d+`` and words that vary
+``[A-Za-z_]+`` (a word every line has, a host or a service, stays literal), punctuation stays
+literal, so the template fits every line of the log, not only the sample it was learned from.
+No list of formats is involved; the known logger envelopes only say where a learned prefix must
+stop (they are parsed, not stripped blind: normalise.py).
 """
 
 from __future__ import annotations
@@ -133,9 +134,9 @@ def _steady(words: Iterable[str]) -> bool:
 
 
 def _regex(kinds: Sequence[str], texts: Sequence[Sequence[str]]) -> str:
-    """The template's regex: classes for digits and words, literal punctuation; inner runs of
-    spaces of any width; the final separator one space (or the line's end: an empty quoted
-    line is ``>`` alone)."""
+    """The template's regex: classes for digits and for words that vary, literal punctuation and
+    words that do not; inner runs of spaces of any width; the final separator one space (or the
+    line's end: an empty quoted line is ``>`` alone)."""
     out = []
     last = len(kinds) - 1
     for i, kind in enumerate(kinds):
@@ -143,7 +144,10 @@ def _regex(kinds: Sequence[str], texts: Sequence[Sequence[str]]) -> str:
             padded = i == 0 and any(t[i].startswith(" ") for t in texts)
             out.append(r" *\d+" if padded else r"\d+")
         elif kind == "a":
-            out.append(r"[A-Za-z_]+")
+            # one word on every line (a host, a service, `INFO`) stays that word: as a class it
+            # would also take a message's first word (`RuntimeError: `)
+            words = {t[i] for t in texts if len(t) > i}
+            out.append(re.escape(words.pop()) if len(words) == 1 else r"[A-Za-z_]+")
         elif kind == " ":
             out.append(r"(?: |$)" if i == last else r" +")
         elif kind == "\t":
