@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from tools.gen_knowledge import build, digest, fetch
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     tables = build.build(seeds, fetch.cache_dir(args.cache))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    written = {}
+    written: dict[str, dict[str, Any]] = {}
     for name, data in build.to_json(tables, seeds).items():
         path = out / name
         path.write_text(json.dumps(data, separators=(",", ":"), sort_keys=False) + "\n", "utf-8")

@@ -150,7 +150,7 @@ def _multimodal(tables: Tables, release: Release, seeds: Json, mask: int) -> Non
 
 
 def _lines(tables: Tables, path: str, source: str, spans: list[tuple[int, int]]) -> None:
-    inside = set()
+    inside: set[int] = set()
     for start, end in spans:
         inside.update(range(start, end + 1))
     enc = tables.enc_lines.setdefault(path, set())

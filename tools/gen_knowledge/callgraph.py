@@ -93,8 +93,8 @@ class Graph:
                     yield from self._on(target, call[2], down=False)
             elif kind == "super" and key is not None:
                 for base in list(self.r.mro(key))[1:]:
-                    cls = self.r.cls(base)
-                    if cls is not None and call[1] in cls.methods:
+                    found = self.r.cls(base)
+                    if found is not None and call[1] in found.methods:
                         yield base[0], f"{base[1]}.{call[1]}"
                         break
             elif kind == "local":

@@ -17,6 +17,7 @@ import tarfile
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 KEEP_SUFFIXES = (".py", ".yaml", ".yml")
 #: The index pip reads (its default).
@@ -90,6 +91,7 @@ def _from_index(dest: Path, package: str, version: str) -> Path | None:
         files = json.load(response)["files"]
     names = {f"{_normal(package)}-{version}{s}" for s in (".tar.gz", ".zip")}
     names |= {f"{package}-{version}{s}" for s in (".tar.gz", ".zip")}
+    entry: dict[str, Any]
     for entry in files:
         if entry["filename"] not in names:
             continue
@@ -102,7 +104,7 @@ def _from_index(dest: Path, package: str, version: str) -> Path | None:
             part.unlink()
             raise ValueError(f"{entry['filename']}: sha256 differs from the index's")
         part.rename(out)
-        return out
+        return Path(out)
     return None
 
 

@@ -146,9 +146,15 @@ class _Body(ast.NodeVisitor):
         if node.value is not None:
             self._assign(node.target, node.value)
         ann = dotted(node.annotation) if node.annotation is not None else None
-        if ann and self.cls is not None and _is_self_attr(node.target):
-            attr = node.target.attr  # type: ignore[attr-defined]
-            self.cls.attrs.setdefault(attr, []).append((ann, tuple(self.withs)))
+        target = node.target
+        # ``self.runner: GPUModelRunner = ...``
+        if (
+            ann
+            and self.cls is not None
+            and isinstance(target, ast.Attribute)
+            and _is_self_attr(target)
+        ):
+            self.cls.attrs.setdefault(target.attr, []).append((ann, tuple(self.withs)))
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
