@@ -510,3 +510,14 @@ def test_blocks_keep_whole_lines_and_their_numbers(
     assert texts == SGLANG
     assert numbers == sorted(numbers) and numbers[0] == 1
     assert reader.physical == len(lines)
+
+
+def test_live_input_learns_the_prefix_from_its_first_lines(rules: tuple[Rule, ...]) -> None:
+    """`watch`, `diagnose --follow` and a file's head are fed block by block, with no plan."""
+    parser = pipeline.stream_parser(rules, "<stdin>", decode=False)
+    for ln in SGLANG:
+        parser.feed(("sglang-1  | " + ln + "\n").encode())
+    parser.close()
+    incident = parser.incident()
+    assert incident.server_args.get("mem_fraction_static") == 0.88
+    assert incident.primary is not None and incident.primary.frames

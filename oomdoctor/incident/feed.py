@@ -12,13 +12,16 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 
 from oomdoctor.extract.facts import Extractor
-from oomdoctor.extract.plan import Plan
+from oomdoctor.extract.plan import Plan, detect
+from oomdoctor.extract.shape import MIN_LINES
 from oomdoctor.extract.unwrap import Unwrapper
 from oomdoctor.incident.assemble import Assembler
 from oomdoctor.model import Fact, Line
 from oomdoctor.read.scan import BlockScan
 
 FactsHook = Callable[[Line, list[Fact]], None]
+#: Live input: the prefix is sought in at most this many candidate lines.
+LIVE_SAMPLE = 200
 
 
 class Feeder:
@@ -42,10 +45,15 @@ class Feeder:
         self.prefix: re.Pattern[str] | None = None
         self.head: re.Pattern[str] | None = None
         self._numbers: Sequence[int] | None = None
+        #: live input (`watch`, `--follow`, a file's head) is fed block by block with no plan:
+        #: the prefix is learned from the candidate lines seen so far (None: a plan was given)
+        self._sample: list[str] | None = []
 
     def block(self, scan: BlockScan, numbers: Sequence[int] | None = None) -> None:
         """One scanned block; ``numbers``: the physical line of each of its lines."""
         self._numbers = numbers
+        if self._sample is not None:
+            self._learn(scan)
         items = dict(scan.candidates)
         if scan.stats is not None:
             for last in (scan.stats.last_prefill, scan.stats.last_decode):
@@ -80,8 +88,22 @@ class Feeder:
         for scan in scans:
             self.block(scan)
 
+    def _learn(self, scan: BlockScan) -> None:
+        """Fed without a plan: learn the prefix from the first candidate lines (they carry it
+        as every line does), until one is found or LIVE_SAMPLE lines were seen."""
+        sample = self._sample
+        assert sample is not None
+        before = len(sample)
+        sample += [raw.decode("utf-8", "replace") for _, raw in scan.candidates]
+        if len(sample) < MIN_LINES or (before >= MIN_LINES and len(sample) < before * 5 // 4):
+            return  # too few yet, or too few new ones to learn anything else
+        plan = detect(sample, self.extractor.scanner.anchors)
+        if plan.prefix is not None or plan.head is not None or len(sample) >= LIVE_SAMPLE:
+            self.use(plan)
+
     def use(self, plan: Plan) -> None:
         """Strip the plan's learned prefix from each line, split lines at its record head."""
+        self._sample = None
         self.prefix = plan.prefix.compiled() if plan.prefix is not None else None
         # found inside a line: from a word's start, not from the middle of one
         self.head = re.compile(r"(?<!\w)" + plan.head.regex[1:]) if plan.head else None
