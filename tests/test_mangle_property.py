@@ -41,11 +41,17 @@ NOT_THE_WRAPPER: dict[tuple[str, str], str] = {}
 WRAPPER_GAPS: dict[tuple[str, str], str] = {
     ("118.log", "compose+wrap"): "a one-line log in two lines: too few to learn a prefix or a "
     "width, and the cut (`failed:` / `CUDA out of memory.`) ends a phrase",
-    ("131.log", "compose+wrap"): "a notebook's numbered code lines (`---> 64`) carried over "
-    "short of the width: the wrap's width is read too wide to join them",
     ("sglang-0.5.10/gemma3-siglip-oom-kubectl.log", "compose+wrap"): "two prefixes (compose "
     "around kubectl's times) and a wrap that cuts right after them: the prefix is not learned, "
     "so what the wrap carried off the bare prefixes is not joined back",
+    ("sglang-0.5.23/vlm-post-sizing-reserve.log", "compose+wrap"): "two prefixes (compose "
+    "around kubectl's times) and a wrap that cuts right after them: the prefix is not learned, "
+    "so what the wrap carried off the bare prefixes is not joined back",
+    ("067.log", "compose+wrap"): "compose around vLLM's envelope, wrapped right after the "
+    "envelope: the prefix is on a third of the lines (not learned), so the envelopes the wrap "
+    "left bare are not joined to their messages",
+    ("sglang-0.4.6/runtime-overlap-thread-oom.log", "compose+wrap"): "compose around kubectl's "
+    "times, wrapped right after them: the prefix is on too few lines to be learned",
     ("rl-colocation/vllm-sleep-alloc-then-torch-oom.log", "compose+wrap"): "compose around "
     "vLLM's coloured `(Name pid=N)` prefix, wrapped counting the colour codes: the width is "
     "read too wide",

@@ -32,6 +32,7 @@ HEAD_CHARS = 12
 #: The envelope is learned from at most about this many lines.
 HEADS_FROM = 24
 _HEAD_ENDS = frozenset("])|:")
+_PUNCTUATION = frozenset("|>]):}\t=/[(-")
 #: CRI (containerd, CRI-O: `/var/log/pods/...`): `<RFC 3339 time> <stream> <P|F> <text>`.
 _QUOTE = LazyPattern(r"^(?: {0,3}> ?)+")
 _CRI = LazyPattern(r"^(?P<ts>\S+) (?P<stream>stdout|stderr) (?P<tag>[PF]) ?(?P<text>.*)$", re.S)
@@ -112,11 +113,12 @@ def detect(head: Sequence[str], anchors: Sequence[str]) -> Plan:
     # keeps it off the lines it carried over)
     probe = prefix or shape.learn(lines, PROBE_SHARE, known_at, forbidden)
     for _ in range(MAX_WRAPS):  # a wrap of a wrap: a terminal's copy of a re-wrapped paste
-        wrap = wrapping.detect(records, _stripper(prefix or probe), raw)
+        carried = prefix or probe  # what the lines carry when this wrap is read
+        wrap = wrapping.detect(records, _stripper(carried), raw)
         if wrap is None:
             break
-        wraps.append(wrap._replace(pieces=prefix.regex if prefix is not None else None))
-        raw = records = _starts(raw, wrap, prefix)
+        wraps.append(wrap._replace(pieces=carried.regex if carried is not None else None))
+        raw = records = _starts(raw, wrap, carried)
         if prefix is None:  # on the records, the prefix the pieces lacked shows
             prefix = shape.learn(records, PREFIX_SHARE, known_at, forbidden)
     if wraps:
@@ -132,7 +134,8 @@ def detect(head: Sequence[str], anchors: Sequence[str]) -> Plan:
             prefix = whole
     # Where the prefix is on fewer lines than PREFIX_SHARE but on half of them (a wrap that did
     # not show, another paste's lines among them), it is still taken off where it fits.
-    prefix = prefix or probe
+    if prefix is None and probe is not None and any(k in _PUNCTUATION for k in probe.shape):
+        prefix = probe  # not a bare number: on half the lines that is a notebook's code lines
     return Plan(reverse, json, cri, prefix, tuple(wraps), _record_head(lines, prefix))
 
 

@@ -47,7 +47,7 @@ _RECORD_HEADS = (
 _EXCEPTION = LazyPattern(
     r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
 )
-_QUALIFIED = LazyPattern(r"^(?:[A-Za-z_]\w*\.)+$")
+_QUALIFIED = LazyPattern(r"^[A-Za-z_][\w.]*$")
 _COMPLETE_FRAME = LazyPattern(r'^\s*File "[^"]*", line \d+, in \S+\s*$')
 _CALL = LazyPattern(r"^[\w.]+\(")
 _CARETS = LazyPattern(r"^\s*[\^~]+\s*$")
@@ -179,7 +179,7 @@ def _soft_cut(here: str, nxt: str) -> bool:
     if _CARETS.match(nxt):  # the rest of a marker line cut in its indent, or in its marks
         return here[-1:].isspace() or here[-1:] in "^~"
     if _QUALIFIED.match(envelope_text(here)) and _EXCEPTION.match(here.rsplit(" ", 1)[-1] + nxt):
-        return True  # cut inside an exception's qualified name (`torch.` / `OutOfMemoryError: `)
+        return True  # cut inside an exception's name (`torch.OutOf` / `MemoryError: `)
     if starts_record(nxt, soft=True):
         return False
     return not (complete_frame(here) and nxt[:1].isspace())
@@ -368,7 +368,7 @@ class Joiner:
             return self._last == wrap.width and _soft_cut(self._body(self._text), body)
         if _indent(body) != wrap.indent:
             return False
-        if self._pieces == 1 and bare_envelope(self._body(self._text)):
+        if bare_envelope(self._body(self._text)):
             return True
         if starts_record(body, False, wrap.indent) or complete_frame(self._body(self._text)):
             return False
