@@ -47,11 +47,6 @@ WRAPPER_GAPS: dict[tuple[str, str], str] = {
     ("sglang-0.5.23/vlm-post-sizing-reserve.log", "compose+wrap"): "two prefixes (compose "
     "around kubectl's times) and a wrap that cuts right after them: the prefix is not learned, "
     "so what the wrap carried off the bare prefixes is not joined back",
-    ("067.log", "compose+wrap"): "compose around vLLM's envelope, wrapped right after the "
-    "envelope: the prefix is on a third of the lines (not learned), so the envelopes the wrap "
-    "left bare are not joined to their messages",
-    ("sglang-0.4.6/runtime-overlap-thread-oom.log", "compose+wrap"): "compose around kubectl's "
-    "times, wrapped right after them: the prefix is on too few lines to be learned",
     ("rl-colocation/vllm-sleep-alloc-then-torch-oom.log", "compose+wrap"): "compose around "
     "vLLM's coloured `(Name pid=N)` prefix, wrapped counting the colour codes: the width is "
     "read too wide",
