@@ -1,6 +1,7 @@
 """The block-level search finds exactly the lines the previous engine found (tests/reference_scan.py,
 its scanner verbatim), with the same line numbers and stats summaries, on every fixture and on
-generated sparse, dense, blank and mixed logs; and the sequential and parallel readers agree."""
+generated sparse, dense, blank and mixed logs, plus one thing it did not: the source line under
+each traceback frame; and the sequential and parallel readers agree."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from oomdoctor import pipeline
 from oomdoctor.cli import cli
 from oomdoctor.read import parallel
 from oomdoctor.read.scan import (
+    FRAME_HEAD,
     RETRACTION,
     RETRACTIONS_KEPT,
     SMALL_INPUT,
@@ -78,6 +80,10 @@ def _same(data: bytes, block_size: int, force_regex: bool) -> None:
         assert (got.newlines, got.stats) == (want.newlines, want.stats)
         every, kept = dict(want.candidates), dict(got.candidates)
         assert list(got.retractions) == _counted(new, every)
+        # the one addition: the source line printed under a traceback frame comes with it
+        code = {i for i in kept if i not in every}
+        assert all(i - 1 in kept and FRAME_HEAD in kept[i - 1] for i in code), code
+        kept = {i: line for i, line in kept.items() if i not in code}
         assert kept.items() <= every.items()
         tested = {i: line for i, line in every.items() if b" batch" not in line}
         dropped = {i for i in tested if i not in kept}

@@ -127,6 +127,7 @@ class Extractor:
         #: one.
         self.pattern_budget = pattern_budget
         self._streams: dict[tuple[int, int | None], _Stream] = {}
+        self._frame_at: dict[int, int] = {}  # source -> the line number of its last frame
         self._order: dict[int, int] = {}
         self.disabled: dict[str, str] = {}  # kind → why
         self._spent: dict[str, float] = {}  # kind → seconds
@@ -207,7 +208,8 @@ class Extractor:
             stream.rank, stream.ts = env.rank, env.ts or stream.ts
         text = env.text
         anchors = self.scanner.anchors_in(text)
-        if not anchors:
+        code = not anchors and number == self._frame_at.get(source, -2) + 1
+        if not anchors and not code:
             return None
         line = Line(
             source=source,
@@ -223,6 +225,8 @@ class Extractor:
             actor=env.actor,
             logger=env.logger,
         )
+        if code:  # the source line under a frame: the assembler attaches it to the frame
+            return line, [Fact("code", line)]
         candidates = {id(m): m for a in anchors for m in self._by_anchor.get(a, ())}
         facts: list[Fact] = []
         for mid in sorted(candidates, key=self._order.__getitem__):  # registration order
@@ -245,6 +249,8 @@ class Extractor:
                 found = {k: v for k, v in found.items() if k != REFUSED}
             if found is not None:
                 facts.append(Fact(kind, line, found))
+        if any(f.kind == "frame" for f in facts):
+            self._frame_at[source] = number
         return (line, facts) if facts else None
 
     def _refuse(self, source: int, number: int, what: str) -> None:

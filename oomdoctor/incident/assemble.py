@@ -103,7 +103,7 @@ class Assembler:
         if kind == "server_args":
             self._server_args(fact)
             return
-        if kind in ("oom_part", "stats", "marker"):
+        if kind in ("oom_part", "stats", "marker", "code"):
             if kind == "stats":
                 self._launch.stats.line(fact)
             return

@@ -36,6 +36,10 @@ SMALL_LINES = 5000
 #: DENSE_STREAK-th one is counted beyond its stats lines (the counts cost passes that then
 #: rarely pay).
 DENSE_STREAK = 8
+#: What a Python traceback frame line holds (`  File "/x.py", line 12, in f`).
+FRAME_HEAD = b'", line '
+#: The source line under a frame is kept to this many bytes.
+MAX_CODE = 400
 #: uvicorn access lines (`"POST /generate HTTP/1.1" 200`): frequent, never evidence.
 ACCESS = b" HTTP/1."
 #: What counting access lines looks for: most of them, faster (fewer is safe: the count then
@@ -338,12 +342,20 @@ class Scanner:
     def _add(
         self, block: bytes, start: int, index: int, line: bytes, candidates: dict[int, bytes]
     ) -> None:
-        """A candidate, and the stats lines just before it: what the server was doing then."""
+        """A candidate, and the stats lines just before it: what the server was doing then. A
+        traceback frame brings the source line printed under it (the code tells which class's
+        method it is, knowledge/code.py), whatever that line holds."""
         for head in STATS_HEADS if self._stats_boring else ():
             context = line_at(block, block.rfind(head, 0, start), start, index)
             if context is not None:
                 candidates.setdefault(*context)
         candidates[index] = line
+        if FRAME_HEAD in line:
+            after = start + len(line) + 1
+            end = block.find(b"\n", after)
+            code = block[after : end if end >= 0 else len(block)]
+            if code[:1] in (b" ", b"\t") or b'File "' not in code:
+                candidates.setdefault(index + 1, code[:MAX_CODE])
 
     def _scan_lines(
         self,

@@ -39,7 +39,7 @@ class Feature(NamedTuple):
 
 
 def _recognised(incident: Incident) -> bool:
-    known = {k for k in incident.fact_counts if k not in ("marker", "oom_part")}
+    known = {k for k in incident.fact_counts if k not in ("marker", "oom_part", "code")}
     return bool(incident.engine or incident.failures or incident.ranks or known)
 
 
