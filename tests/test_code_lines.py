@@ -30,3 +30,13 @@ def test_every_frame_gets_its_code_line(tmp_path: Path) -> None:
     ]
     # the caret line and the code are not failures or facts of their own
     assert "code" not in incident.fact_counts
+
+
+def test_the_code_line_of_a_crlf_log(tmp_path: Path) -> None:
+    """Windows line ends (a `\\r` before each newline) split a line into segments: the code line's
+    own segment still reaches its frame."""
+    log = tmp_path / "trace.log"
+    log.write_bytes(TRACE.replace("\n", "\r\n").encode())
+    incident = pipeline.read([str(log)], pipeline.load_rules())
+    assert incident.primary is not None
+    assert incident.primary.frames[0].code == "output_i = F.scaled_dot_product_attention(q_i,"

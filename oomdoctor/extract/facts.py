@@ -189,8 +189,11 @@ class Extractor:
             segments = raw.split("\r") if "\r" in raw else [raw]
             if head is not None:
                 segments = [p for seg in segments for p in _split_at(head, seg)]
+            code = number == self._frame_at.get(source, -2) + 1  # the line under a frame
             for index, segment in enumerate(segments):
-                if not segment or (len(segments) > 1 and not self.scanner.has_anchor(segment)):
+                if not segment or (
+                    len(segments) > 1 and not code and not self.scanner.has_anchor(segment)
+                ):
                     continue
                 result = self._segment(source, number, index, segment, prefix)
                 if result is not None:
