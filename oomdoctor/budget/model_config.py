@@ -7,12 +7,12 @@ Read locally; nothing is downloaded. Weights come from ``model.safetensors.index
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from oomdoctor.read import bounded
 from oomdoctor.units import in_range
 
 DTYPE_BYTES = MappingProxyType(
@@ -110,11 +110,9 @@ def load(path: Path) -> ModelShape:
     directory = path if path.is_dir() else path.parent
     config = path / "config.json" if path.is_dir() else path
     try:
-        raw = json.loads(config.read_text("utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{config}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{config}: cannot read it as JSON: {exc}") from None
+        raw = bounded.read_json(config)
+    except bounded.BoundedError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{config}: not a JSON object")
     index_total = _index_total(directory / "model.safetensors.index.json")
@@ -129,8 +127,13 @@ def load(path: Path) -> ModelShape:
 
 
 def _index_total(index: Path) -> int | None:
+    if not index.exists():
+        return None
     try:
-        data = json.loads(index.read_text("utf-8"))
+        data: Any = bounded.read_json(index)
+    except bounded.BoundedError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
         total = data["metadata"]["total_size"]
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -18,6 +18,7 @@ from oomdoctor.cli.common import (
     write_output,
     write_svg,
 )
+from oomdoctor.cli.numbers import MAX_BATCH, MAX_BYTES_PER_TOKEN, MAX_TOKENS, Count, Finite
 
 
 def _size_gib(value: str | None, option: str) -> float | None:
@@ -85,7 +86,7 @@ def _version(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option(
     "--kv-bytes-per-token",
-    type=click.IntRange(1),
+    type=Count(1, MAX_BYTES_PER_TOKEN),
     metavar="N",
     help="KV bytes per token on one GPU at the given --tp (instead of --model).",
 )
@@ -121,27 +122,27 @@ def _version(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option(
     "--context-length",
-    type=click.IntRange(1),
+    type=Count(1, MAX_TOKENS),
     help="Tokens one request may hold (default: the model's max_position_embeddings).",
 )
 @click.option(
     "--chunked-prefill-size",
-    type=click.IntRange(1),
+    type=Count(1, MAX_TOKENS),
     help="SGLang's prefill chunk in tokens (default: SGLang's for the card).",
 )
 @click.option(
     "--cuda-graph-max-bs",
-    type=click.IntRange(1),
+    type=Count(1, MAX_BATCH),
     help="Largest CUDA-graph batch (default: SGLang's for the card).",
 )
 @click.option(
     "--max-running-requests",
-    type=click.IntRange(1),
+    type=Count(1, MAX_BATCH),
     help="Passed through to the launch command.",
 )
 @click.option(
     "--mem-fraction-static",
-    type=click.FloatRange(0.01, 0.99),
+    type=Finite(0.01, 0.99),
     help="The fraction to check (default: what SGLang would pick for the card).",
 )
 @click.option(
@@ -218,7 +219,7 @@ def plan(
         try:
             shape = model_config.load(Path(model_path))
         except model_config.ConfigError as exc:
-            fail(f"--model: {exc}", "give a local model directory or its config.json")
+            fail(f"--model: {exc}", "give a local model directory or its config.json", EXIT_USAGE)
     inputs = PlanInput(
         card_mib=card_mib,
         card_name=card_label,

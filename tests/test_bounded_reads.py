@@ -1,0 +1,159 @@
+"""Bounded reads of user-named files (issue 22 item 2): devices, FIFOs, size caps, deep JSON,
+non-finite numbers; and plan's numeric options (item 7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from oomdoctor.cli import cli
+from oomdoctor.read import bounded
+
+MODEL = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+}
+
+
+def _plan(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["plan", "--gpu", "H100", *args])
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_regular_file_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text('{"a": 1.5}')
+    assert bounded.read_json(path) == {"a": 1.5}
+
+
+def test_symlink_to_dev_zero_is_refused_without_reading(tmp_path: Path) -> None:
+    link = tmp_path / "config.json"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(bounded.BoundedError, match="character device, not a regular file"):
+        bounded.read_regular(link)
+
+
+def test_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    with pytest.raises(bounded.BoundedError, match="FIFO"):
+        bounded.read_regular(fifo)  # no writer: a blocking open would wait forever
+
+
+def test_size_is_capped(tmp_path: Path) -> None:
+    path = tmp_path / "big.json"
+    path.write_bytes(b" " * 2048)
+    with pytest.raises(bounded.BoundedError, match="larger than 1024 bytes"):
+        bounded.read_regular(path, limit=1024)
+
+
+def test_deep_json_and_non_finite_numbers_are_refused(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(bounded.BoundedError, match="nested more than"):
+        bounded.read_json(deep)
+    for literal in ("1e400", "NaN", "-Infinity"):
+        path = tmp_path / "n.json"
+        path.write_text('{"x": ' + literal + '}')
+        with pytest.raises(bounded.BoundedError, match="not finite"):
+            bounded.read_json(path)
+
+
+def _model_dir(tmp_path: Path, index: str | None = None) -> Path:
+    directory = tmp_path / "m"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(MODEL))
+    if index is not None:
+        (directory / "model.safetensors.index.json").write_text(index)
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda p: (p / "config.json").symlink_to("/dev/zero"), "character device"),
+        (lambda p: os.mkfifo(p / "config.json"), "FIFO"),
+        (lambda p: (p / "config.json").write_text("[" * 100_000), "nested more than"),
+    ],
+)
+def test_plan_model_hostile_config_exits_2(tmp_path: Path, setup: object, message: str) -> None:
+    setup(tmp_path)  # type: ignore[operator]
+    code, out = _plan("--model", str(tmp_path / "config.json"))
+    assert code == 2, out
+    assert message in out and "Traceback" not in out
+
+
+def test_plan_total_size_1e400_exits_2(tmp_path: Path) -> None:
+    directory = _model_dir(tmp_path, '{"metadata": {"total_size": 1e400}}')
+    code, out = _plan("--model", str(directory))
+    assert code == 2, out
+    assert "1e400 is not finite" in out
+
+
+def test_dev_zero_config_does_not_grow_memory(tmp_path: Path) -> None:
+    """In a subprocess with 1 GiB of address space: reading /dev/zero would die of MemoryError."""
+    (tmp_path / "config.json").symlink_to("/dev/zero")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oomdoctor",
+            "plan",
+            "--gpu",
+            "H100",
+            "--model",
+            str(tmp_path / "config.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "not a regular file" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--mem-fraction-static", "nan", "not a finite number"),
+        ("--mem-fraction-static", "inf", "0.01<=x<=0.99"),
+        ("--cuda-graph-max-bs", "1e23", "out of range"),
+        ("--chunked-prefill-size", "1e23", "out of range"),
+        ("--chunked-prefill-size", "1" + "0" * 23, "not in the range"),
+        ("--context-length", "1.5", "not a whole number"),
+    ],
+)
+def test_plan_refuses_nan_and_absurd_numbers(option: str, value: str, message: str) -> None:
+    code, out = _plan("--weights", "16GiB", "--kv-bytes-per-token", "131072", option, value)
+    assert code == 2, out
+    assert message in out and "nan" not in out.split("Error:")[0].lower()
+
+
+def test_plan_reads_scientific_whole_numbers() -> None:
+    code, out = _plan(
+        "--weights",
+        "16GiB",
+        "--kv-bytes-per-token",
+        "131072",
+        "--chunked-prefill-size",
+        "8.192e3",
+        "--format",
+        "json",
+    )
+    assert code in (0, 1), out
