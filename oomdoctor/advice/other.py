@@ -105,12 +105,6 @@ def free_gpu(ctx: Context) -> list[Action]:
                 "are resident.",
             )
         )
-    if primary is not None and y is not None:
-        startup = primary.kind in ("startup_kv_error", "negative_profile")
-        sized = raise_fraction(ctx) if startup else lower_action(ctx, "activations next to it")
-        if sized and sized[0].flag:
-            first = sized[0]
-            out.append(first._replace(text="If the other process must stay — " + first.text))
     if not out:
         out.append(
             Action(
@@ -118,6 +112,16 @@ def free_gpu(ctx: Context) -> list[Action]:
                 "(nvidia-smi shows who), then restart."
             )
         )
+    if primary is not None and y is not None:
+        startup = primary.kind in ("startup_kv_error", "negative_profile")
+        sized = raise_fraction(ctx) if startup else lower_action(ctx, "activations next to it")
+        if sized and sized[0].flag:
+            first = sized[0]  # a fallback instead of freeing the GPU, never fix 1
+            out.append(
+                first._replace(
+                    text="If the other process must stay — " + first.text, alternative=True
+                )
+            )
     return out
 
 

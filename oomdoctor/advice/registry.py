@@ -58,7 +58,16 @@ def actions(advice: str | None, ctx: Context) -> tuple[Action, ...]:
     """The actions for the winning rule's advice kind, in the terms of the log's engine.
 
     When the log cannot tell SGLang from vLLM, both engines' actions are given, each labelled,
-    after a line that says so: never one engine's flags for the other's log."""
+    after a line that says so: never one engine's flags for the other's log. The alternatives
+    ("Or ...", "If the other process must stay ...") come after the fixes they replace, so fix 1
+    is never a fallback and the reports can list them under their own heading."""
+    out = _engine_actions(advice, ctx)
+    if not out or out[0].alternative:
+        return out
+    return (*(a for a in out if not a.alternative), *(a for a in out if a.alternative))
+
+
+def _engine_actions(advice: str | None, ctx: Context) -> tuple[Action, ...]:
     kind = advice or "none"
     too_big = ctx.features.get("oom.exceeds_card_minus_weights") or ctx.features.get(
         "oom.exceeds_card"

@@ -38,6 +38,7 @@ def free_gpu(ctx: Context) -> list[Action]:
                         direction="lower",
                         value=b.window.high,
                         current=u,
+                        alternative=True,
                     )
                 )
     elif kind == "profiling_free_changed" and primary is not None:
@@ -55,8 +56,12 @@ def free_gpu(ctx: Context) -> list[Action]:
         sized = lower_utilization(ctx)
         if sized and sized[0].flag == FLAG:
             first = sized[0]
-            out.append(first._replace(text="If the other process must stay — " + first.text))
-    if not any(not a.text.startswith("If ") for a in out):
+            out.append(
+                first._replace(
+                    text="If the other process must stay — " + first.text, alternative=True
+                )
+            )
+    if not any(not a.alternative for a in out):
         out.insert(
             0,
             Action(

@@ -184,6 +184,7 @@ def picture_dict(diag: Diagnosis) -> dict[str, Any] | None:
             a.value
             for a in diag.actions
             if a.flag
+            and not a.alternative  # the picture after the fix, not after a fallback
             and a.flag.replace("_", "-").endswith("mem-fraction-static")
             and isinstance(a.value, float)
         ),

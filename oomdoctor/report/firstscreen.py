@@ -10,26 +10,38 @@ from typing import Any, NamedTuple
 from oomdoctor.report.labels import one_line
 from oomdoctor.units import size
 
+#: What the diff block is called: it shows fix 1 only, never a merge of several actions.
+CHANGE_LABEL = "Fix 1 as a launch-flag diff:"
+
 
 def change_lines(actions: list[dict[str, Any]]) -> list[str]:
-    """``- --flag old`` / ``+ --flag new`` per action with a value; an environment variable
-    (a flag without ``--``) reads ``+ NAME=value``. An alternative ("Or ...") is not part of the
-    change: its flags stay in its own numbered action. Values can be server_args strings from the
-    log: each line stays one line (a newline shows as ``␊``), so a value cannot add a line."""
+    """The changes of the first action, and of it only: ``- --flag old`` / ``+ --flag new``; an
+    environment variable (a flag without ``--``) reads ``+ NAME=value``. Nothing when fix 1 has
+    no flag or no value (it then comes first as text): the later actions are other fixes or
+    alternatives, and merging them would show a launch nobody recommended. Values can be
+    server_args strings from the log: each line stays one line (a newline shows as ``␊``)."""
+    first = actions[0] if actions else {}
+    flag, value = first.get("flag"), first.get("value")
+    if not flag or value is None or first.get("alternative"):
+        return []
+    if not flag.startswith("-"):
+        return [one_line(f"+ {flag}={value}")]
     out: list[str] = []
-    seen: set[str] = set()
-    for a in actions:
-        flag, value = a.get("flag"), a.get("value")
-        if not flag or value is None or flag in seen or a.get("alternative"):
-            continue  # the first action on a flag is the one to apply; an "Or" is not applied
-        seen.add(flag)
-        if not flag.startswith("-"):
-            out.append(one_line(f"+ {flag}={value}"))
-            continue
-        if a.get("current") is not None:
-            out.append(one_line(f"- {flag} {_value(a['current'])}"))
-        out.append(one_line(f"+ {flag} {_value(value)}"))
+    if first.get("current") is not None:
+        out.append(one_line(f"- {flag} {_value(first['current'])}"))
+    out.append(one_line(f"+ {flag} {_value(value)}"))
     return out
+
+
+def alternatives_label(before: int) -> str:
+    """The heading above the actions that replace the ``before`` ones above them."""
+    return "Alternatives, instead of " + ("fix 1:" if before == 1 else "the fixes above:")
+
+
+def first_alternative(actions: list[dict[str, Any]]) -> int | None:
+    """The index of the first action that is an alternative to those before it (an "Or ..."),
+    after which the report lists the alternatives under their own heading; None when none is."""
+    return next((i for i, a in enumerate(actions) if i and a.get("alternative")), None)
 
 
 def _value(v: Any) -> str:

@@ -38,9 +38,12 @@ def render(report: dict[str, Any]) -> str:
     env.filters["code"] = code
     env.filters["esc"] = escape
     from oomdoctor.report.firstscreen import (
+        CHANGE_LABEL,
+        alternatives_label,
         budget_known,
         budget_rows,
         change_lines,
+        first_alternative,
         gib_text,
         known_rows,
         num_text,
@@ -52,9 +55,13 @@ def render(report: dict[str, Any]) -> str:
     env.filters["gib"] = gib_text
     env.filters["num"] = num_text
     title, rows = budget_rows(report["budget"])
+    alternatives_from = first_alternative(report["actions"])
     shown, missing = known_rows(rows) if budget_known(report["budget"]) else ([], [])
     first = {
         "change": change_lines(report["actions"]),
+        "change_label": CHANGE_LABEL,
+        "alternatives_from": alternatives_from,
+        "alternatives_label": alternatives_label(alternatives_from or 0),
         "budget_title": title[:1].upper() + title[1:],
         "budget_rows": shown,
         "budget_missing": missing,

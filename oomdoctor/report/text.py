@@ -9,10 +9,13 @@ from types import MappingProxyType
 from typing import Any
 
 from oomdoctor.report.firstscreen import (
+    CHANGE_LABEL,
     OomRows,
+    alternatives_label,
     budget_known,
     budget_rows,
     change_lines,
+    first_alternative,
     gib_text,
     known_rows,
     oom_rows,
@@ -197,9 +200,15 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     console.print(Text("What to change", style="bold underline"))
     if not report["actions"]:
         console.print(Text("Nothing: no out-of-memory was found."))
-    for line in change_lines(report["actions"]):
+    change = change_lines(report["actions"])
+    if change:
+        console.print(Text(CHANGE_LABEL, style="bold"))
+    for line in change:
         console.print(Text(f"  {one_line(line)}", style="green" if line[0] == "+" else "red"))
+    alternatives_from = first_alternative(report["actions"])
     for i, a in enumerate(report["actions"], 1):
+        if i - 1 == alternatives_from:
+            console.print(Text(alternatives_label(i - 1), style="bold"))
         console.print(Text(f"{i}. ", style="bold") + Text(a["text"]))
         if a.get("basis"):
             console.print(Text(f"   basis: {a['basis']}", style="dim"))
