@@ -64,7 +64,7 @@ def test_deep_json_and_non_finite_numbers_are_refused(tmp_path: Path) -> None:
         bounded.read_json(deep)
     for literal in ("1e400", "NaN", "-Infinity"):
         path = tmp_path / "n.json"
-        path.write_text('{"x": ' + literal + '}')
+        path.write_text('{"x": ' + literal + "}")
         with pytest.raises(bounded.BoundedError, match="not finite"):
             bounded.read_json(path)
 
@@ -157,3 +157,118 @@ def test_plan_reads_scientific_whole_numbers() -> None:
         "json",
     )
     assert code in (0, 1), out
+
+
+def _run(
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    def limit() -> None:  # 1 GiB of address space: an unbounded read dies of MemoryError
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "oomdoctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def _fake_smi(tmp_path: Path, body: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + body + "\n")
+    smi.chmod(0o755)
+    # no NVML here (the precheck finds no driver library), so snapshot falls back to nvidia-smi
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OOMDOCTOR_NVML_PRECHECK": "1"}
+
+
+def test_flooding_nvidia_smi_is_stopped(tmp_path: Path) -> None:
+    env = _fake_smi(tmp_path, "exec yes '<gpu><product_name>flood</product_name></gpu>'")
+    proc = _run(["snapshot"], env)
+    assert proc.returncode == 3, proc.stderr
+    assert "printed more than 16 MiB; stopped" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_non_utf8_nvidia_smi_is_read(tmp_path: Path) -> None:
+    xml = (
+        "<?xml version='1.0'?><nvidia_smi_log><driver_version>550.54</driver_version>"
+        "<attached_gpus>1</attached_gpus><gpu id='00000000:18:00.0'>"
+        "<product_name>NVIDIA H100 \xe9</product_name><uuid>GPU-1</uuid>"
+        "<fb_memory_usage><total>81559 MiB</total><used>1 MiB</used><free>81558 MiB</free>"
+        "</fb_memory_usage><processes></processes></gpu></nvidia_smi_log>"
+    )
+    data = tmp_path / "out.xml"
+    data.write_bytes(xml.encode("latin-1"))
+    env = _fake_smi(tmp_path, f"cat '{data}'")
+    proc = _run(["snapshot"], env)
+    assert proc.returncode != 70 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "NVIDIA H100" in proc.stdout
+
+
+def test_hanging_nvidia_smi_times_out(tmp_path: Path) -> None:
+    from oomdoctor.read.bounded import run_capped
+
+    with pytest.raises(bounded.BoundedError, match=r"within 0\.5 s"):
+        run_capped([sys.executable, "-c", "import time; time.sleep(60)"], 0.5)
+
+
+def _hung_nvml(tmp_path: Path) -> dict[str, str]:
+    """A pynvml whose nvmlInit never returns (a driver hung after an Xid error)."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(
+        "import time\n\nclass NVMLError(Exception):\n    pass\n\n"
+        "def nvmlInit():\n    time.sleep(3600)\n"
+    )
+    return {
+        "PYTHONPATH": str(fake),
+        "OOMDOCTOR_NVML_PRECHECK": "0",
+        "OOMDOCTOR_NVML_TIMEOUT_S": "1",
+    }
+
+
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.19 GiB of which 1.00 GiB is free.\n"
+)
+
+
+def test_hung_nvml_does_not_stop_diagnose(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(OOM)
+    proc = _run(["diagnose", str(log)], _hung_nvml(tmp_path), timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    assert "NVML did not answer within 1 s" in proc.stdout + proc.stderr
+
+
+def test_hung_nvml_in_watch_says_the_snapshot_did_not_finish(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(OOM)
+    script = f"cat '{log}'; sleep 0.2; exit 1"
+    proc = _run(["watch", "--", "sh", "-c", script], _hung_nvml(tmp_path), timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    assert "no crash signature was seen" not in proc.stderr
+    assert "NVML did not answer within 1 s" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["a.toml", "engine-markers.toml", "site-marks.toml"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_rule_dir_files_must_be_regular(tmp_path: Path, name: str, kind: str) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    if kind == "fifo":
+        os.mkfifo(rules / name)
+    else:
+        (rules / name).symlink_to("/dev/zero")
+    log = tmp_path / "x.log"
+    log.write_text("hello\n")
+    proc = _run(["diagnose", "--no-gpu", "--rules", str(rules), str(log)], timeout=30)
+    assert proc.returncode == 3, proc.stderr
+    assert f"{name}:1: cannot read: is a" in proc.stderr
+    assert "not a regular file" in proc.stderr

@@ -51,6 +51,11 @@ def after_capture(capture: Any, snapshots: tuple[str, ...], no_gpu: bool) -> Any
         return capture.snapshot
     if snapshots or no_gpu:
         return gpu_state(snapshots, no_gpu)
+    if capture.crash_line is not None:  # seen, but the snapshot it started never came back
+        return Unavailable(
+            f"the GPU snapshot taken at the crash line (line {capture.crash_line.number}) "
+            "did not finish (NVML did not answer)"
+        )
     return Unavailable("no crash signature was seen, so no snapshot was taken")
 
 

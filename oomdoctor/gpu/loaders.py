@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from oomdoctor.gpu.snapshot import Device, Process, Snapshot, SnapshotError, from_json, norm_bus_id
+from oomdoctor.read.bounded import BoundedError, read_regular
 from oomdoctor.units import gib_or_none, integer, number
 
 MIB = 1 << 20
@@ -31,16 +32,9 @@ def load(paths: Sequence[Path]) -> Snapshot:
     parts: list[Snapshot] = []
     for path in paths:
         try:
-            with path.open("rb") as fh:
-                raw = fh.read(MAX_SNAPSHOT_BYTES + 1)
-        except IsADirectoryError:
-            raise SnapshotError(f"{path}: is a directory") from None
-        except OSError as exc:
-            raise SnapshotError(f"{path}: {exc.strerror or exc}") from None
-        if len(raw) > MAX_SNAPSHOT_BYTES:
-            raise SnapshotError(
-                f"{path}: larger than {MAX_SNAPSHOT_BYTES >> 20} MiB; not a snapshot"
-            )
+            raw = read_regular(path, MAX_SNAPSHOT_BYTES, pipes=True)
+        except BoundedError as exc:
+            raise SnapshotError(str(exc)) from None
         text = raw.decode("utf-8-sig", "replace")
         try:
             parts.extend(parse(text))

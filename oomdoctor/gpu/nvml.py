@@ -86,8 +86,37 @@ def _no_driver_library() -> bool:
     return False
 
 
+#: Seconds NVML has to answer, all calls together. After an Xid error a driver can hang in
+#: nvmlInit or a query for ever; the run goes on without the GPU state and says why.
+#: OOMDOCTOR_NVML_TIMEOUT_S overrides it (tests with a fake driver that hangs).
+TIMEOUT_S = 10.0
+
+
+def _timeout() -> float:
+    try:
+        value = float(os.environ.get("OOMDOCTOR_NVML_TIMEOUT_S", TIMEOUT_S))
+    except ValueError:
+        return TIMEOUT_S
+    return value if 0 < value < 3600 else TIMEOUT_S
+
+
 def take(proc_root: Path = Path("/proc")) -> Snapshot | Unavailable:
-    """A snapshot of every GPU and its compute processes, or why there is none."""
+    """A snapshot of every GPU and its compute processes, or why there is none (also when NVML
+    does not answer within TIMEOUT_S: the calls go on in a daemon thread, the run does not)."""
+    from oomdoctor.read.bounded import TimedOut, call_with_timeout
+
+    timeout = _timeout()
+    result = call_with_timeout(lambda: _take(proc_root), timeout, "oomdoctor-nvml")
+    if isinstance(result, TimedOut):
+        return Unavailable(
+            f"NVML did not answer within {timeout:g} s (a hung driver, as after an Xid error); "
+            "the GPU state was not read",
+            "check `dmesg` for Xid errors; `nvidia-smi` may hang the same way",
+        )
+    return result
+
+
+def _take(proc_root: Path) -> Snapshot | Unavailable:
     if _no_driver_library():
         return Unavailable(
             "no NVIDIA driver here",

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 from datetime import datetime
 
 from oomdoctor.gpu.loaders import parse_xml
 from oomdoctor.gpu.snapshot import Snapshot, SnapshotError
 from oomdoctor.gpu.view import Unavailable
+from oomdoctor.read.bounded import BoundedError, run_capped
 
 TIMEOUT_S = 30
+#: `nvidia-smi -q -x` of a full 8-GPU host is well under 1 MiB; a flood is stopped here.
+MAX_OUTPUT_BYTES = 16 << 20
 
 
 def take() -> Snapshot | Unavailable:
@@ -20,18 +22,18 @@ def take() -> Snapshot | Unavailable:
     if exe is None:
         return Unavailable("nvidia-smi is not on PATH")
     try:
-        proc = subprocess.run(
-            [exe, "-q", "-x"], capture_output=True, text=True, timeout=TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Unavailable(f"nvidia-smi could not run: {exc}")
+        proc = run_capped([exe, "-q", "-x"], TIMEOUT_S, MAX_OUTPUT_BYTES)
+    except BoundedError as exc:
+        return Unavailable(f"nvidia-smi could not be read: {exc}")
+    # Bytes, decoded here: a driver that prints Latin-1 (a GPU or process name) is no crash.
+    stdout = proc.stdout.decode("utf-8", "replace")
     if proc.returncode != 0:
-        first = (proc.stdout or proc.stderr).strip().splitlines()[:1]
+        first = (stdout or proc.stderr.decode("utf-8", "replace")).strip().splitlines()[:1]
         return Unavailable(
-            f"nvidia-smi failed ({proc.returncode}): {' '.join(first) or 'no output'}"
+            f"nvidia-smi failed ({proc.returncode}): {' '.join(first)[:300] or 'no output'}"
         )
     try:
-        snap = parse_xml(proc.stdout)
+        snap = parse_xml(stdout)
     except SnapshotError as exc:
         return Unavailable(f"nvidia-smi output could not be read: {exc}")
     from dataclasses import replace

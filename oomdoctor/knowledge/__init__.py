@@ -148,10 +148,10 @@ def load(dirs: Iterable[Path]) -> Knowledge:
     sites, phases = _marks(HERE / "sites.toml", problems, builtin_file=True)
     for directory in dirs:
         path = directory / USER_MARKERS
-        if path.is_file():
+        if path.exists():  # a FIFO or a device is refused by the read, not skipped
             markers.extend(_markers(path, problems))
         path = directory / USER_SITES
-        if path.is_file():
+        if path.exists():  # a FIFO or a device is refused by the read, not skipped
             extra_sites, extra_phases = _marks(path, problems, builtin_file=False)
             sites = _merge(sites, extra_sites)
             phases = _merge(phases, extra_phases)

@@ -34,10 +34,12 @@ CACHE = Path(__file__).with_name("builtin_tables.json")
 def read(path: Path, invalid: str = "invalid TOML") -> tuple[str, dict[str, Any]] | str:
     """``(text, table)``, or the problem as ``file:line: message`` (``invalid`` names a syntax
     error, as each loader words it)."""
+    from oomdoctor.read.bounded import BoundedError, read_text
+
     try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"{path}:1: cannot read: {exc}"
+        text = read_text(path)  # a regular file of bounded size: not /dev/zero, not a FIFO
+    except BoundedError as exc:
+        return f"{path}:1: cannot read: {str(exc).removeprefix(f'{path}: ')}"
     cached = _cached().get(text)
     if cached is not None:
         return text, json.loads(cached)  # a table of its own: callers may change it

@@ -9,18 +9,14 @@ NVML (after an Xid error) would stop the whole run. Nothing here raises anything
 
 from __future__ import annotations
 
-import contextlib
 import os
-import selectors
-import signal
 import stat
-import subprocess
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+
+if TYPE_CHECKING:  # subprocess, selectors and threading are imported where they are used
+    import subprocess
 
 T = TypeVar("T")
 
@@ -45,12 +41,17 @@ def _kind(mode: int) -> str:
         return "a block device"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    return "not a regular file"
+    return "of another kind"
 
 
-def read_regular(path: Path, limit: int = CONFIG_BYTES) -> bytes:
+def read_regular(
+    path: Path, limit: int = CONFIG_BYTES, pipes: bool = False, timeout: float = 30.0
+) -> bytes:
     """The bytes of ``path``, which must be a regular file (after symlinks) of at most ``limit``
-    bytes. Opened non-blocking, so a FIFO is refused at once instead of waiting for a writer."""
+    bytes. Opened non-blocking, so a FIFO is refused at once instead of waiting for a writer.
+
+    ``pipes``: a pipe is read too (``--snapshot <(nvidia-smi -q -x)``), for at most ``timeout``
+    seconds; devices and sockets are refused all the same."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
@@ -60,25 +61,55 @@ def read_regular(path: Path, limit: int = CONFIG_BYTES) -> bytes:
         raise BoundedError(f"{path}: cannot open: {exc.strerror or exc}") from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise BoundedError(f"{path}: {_kind(mode)}, not a regular file; refused")
-        os.set_blocking(fd, True)
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        if stat.S_ISFIFO(mode) and pipes:
+            data = _read_pipe(fd, path, limit, timeout)
+        elif not stat.S_ISREG(mode):
+            raise BoundedError(f"{path}: is {_kind(mode)}, not a regular file; refused")
+        else:
+            os.set_blocking(fd, True)
+            data = _read_fd(fd, limit)
     except OSError as exc:
         raise BoundedError(f"{path}: cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > limit:
         raise BoundedError(f"{path}: larger than {_size(limit)}; refused")
     return data
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes (one more tells the caller the file is too large)."""
+    chunks: list[bytes] = []
+    left = limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_pipe(fd: int, path: Path, limit: int, timeout: float) -> bytes:
+    import select
+    import time
+
+    chunks: list[bytes] = []
+    total = 0
+    deadline = time.monotonic() + timeout
+    while total <= limit:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise BoundedError(f"{path}: a pipe that did not end within {timeout:g} s; refused")
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def read_text(path: Path, limit: int = CONFIG_BYTES) -> str:
@@ -94,8 +125,7 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
-@dataclass(frozen=True)
-class Completed:
+class Completed(NamedTuple):
     """A finished subprocess: its status and output (each capped at the run's limit)."""
 
     returncode: int
@@ -106,6 +136,10 @@ class Completed:
 def run_capped(argv: Sequence[str], timeout: float, limit: int = OUTPUT_BYTES) -> Completed:
     """Run ``argv`` in its own process group; BoundedError when it cannot start, runs past
     ``timeout`` seconds, or prints more than ``limit`` bytes (the group is killed then)."""
+    import selectors
+    import subprocess
+    import time
+
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -159,17 +193,21 @@ def run_capped(argv: Sequence[str], timeout: float, limit: int = OUTPUT_BYTES) -
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
+    import contextlib
+    import signal
+    import subprocess
+
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(5)
 
 
-@dataclass(frozen=True)
 class TimedOut(Generic[T]):
     """A call that did not return within its deadline (it goes on in a daemon thread)."""
 
-    seconds: float
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
 
 def call_with_timeout(
@@ -179,6 +217,8 @@ def call_with_timeout(
     seconds. For C calls that can hang in the driver (NVML after an Xid error): the thread
     cannot be stopped, but the run goes on without it and exits without waiting for it.
     An exception ``fn`` raises is raised here."""
+    import threading
+
     box: list[T] = []
     error: list[BaseException] = []
 
