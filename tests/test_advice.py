@@ -122,14 +122,16 @@ COMPUTED = [
     # -- raise_mem_fraction ------------------------------------------------------------------
     # y 0.60, pre 70.00, post 20.00: KV empty below y0 = 1 − 20/70 = 0.7143 = y_min (no B/token).
     # y_max: no card within 8% of 70 + 1.35 GiB, so a 71.35 GiB card, < 90 GiB: the 0.4.10–0.5.2
-    # table reserves 9.5 + 1/2 = 10.00 GiB -> 1 − 10/70 = 0.8571. Mid-window round(0.7857, 2) =
-    # 0.79 ≥ round_up(0.7143 + 0.02) = 0.74. KV(0.79) = 20 − 0.21·70 = 5.30, dynamic 14.70 GiB.
+    # table reserves 9.5 + 1/2 = 10.00 GiB -> y_max = (71.35 − 10)/71.35 = 0.8598 (SGLang's own
+    # denominator, the card). The one recommendation `plan` shares (budget/recommend.py): the
+    # smallest raise, round_up(0.7143 + 0.02) = 0.74 ≤ 0.860.
+    # KV(0.74) = 20 − 0.26·70 = 1.80, dynamic 0.26·70 = 18.20 GiB.
     pytest.param(
         "raise_mem_fraction/sglang",
         "SG_STARTUP_KV",
-        Want(0, "--mem-fraction-static", "raise", 0.79, 0.6),
-        ("5.30 GiB", "14.70 GiB", "1 − 20.00/70.00"),
-        id="raise-sglang-mid-window",
+        Want(0, "--mem-fraction-static", "raise", 0.74, 0.6),
+        ("1.80 GiB", "18.20 GiB", "1 − 20.00/70.00", "0.714 – 0.860 (today 0.600: outside, below)"),
+        id="raise-sglang-smallest-raise",
     ),
     # y 0.75, pre 50.00, post 10.00: y0 = 1 − 10/50 = 0.80. 0.5.10 reserve on a 51.35 GiB card
     # (no common card within 8%): 512 + 1.5·8192 + 1/8·1024 + 2·32 (graph bs 32 below 60 GiB) =

@@ -14,6 +14,7 @@ from oomdoctor.advice.sglang_levers import (
     serving_logprobs,
 )
 from oomdoctor.budget import targets
+from oomdoctor.budget.recommend import recommend, window_text
 from oomdoctor.budget.targets import RAISE_MARGIN, tokens_in
 from oomdoctor.model import Action
 from oomdoctor.units import size
@@ -36,7 +37,9 @@ def _window(ctx: Context) -> str:
     b = ctx.sglang
     if b.window.low is None or b.window.high is None:
         return ""
-    return f" The workable window is {b.window.low:.3f}–{b.window.high:.3f}."
+    return (
+        f" The workable window: {window_text(b.window.low, b.window.high, b.mem_fraction_static)}."
+    )
 
 
 def raise_fraction(ctx: Context) -> list[Action]:
@@ -69,20 +72,26 @@ def raise_fraction(ctx: Context) -> list[Action]:
     y_min = b.window.low if b.window.low is not None else b.y_zero
     if b.window.empty:
         return _raise_into_empty_window(ctx, y_min)
-    # The middle of the window leaves room for both the pool and activations; without an upper
-    # bound, a small step above the smallest workable value.
-    rec, kv, dynamic = targets.raise_y(b, y_min, _suggested_minimum(ctx))
-    assert kv is not None and dynamic is not None
+    # One value for one budget: the same function picks it for `plan` (budget/recommend.py).
+    # Today's value is left out: a log whose y is already above y_min gets raise_again below.
+    chosen = recommend(b._replace(mem_fraction_static=None), _suggested_minimum(ctx))
+    if chosen.value is None:
+        return _raise_into_empty_window(ctx, y_min)
+    rec = chosen.value
+    kv, dynamic = targets.kv_pool_at(b, rec), targets.dynamic_at(rec, pre)
+    assert kv is not None
     basis = (
         f"KV(y) = post − (1 − y)·pre = {post:.2f} − (1 − y)·{pre:.2f}; empty at y = 1 − post/pre = "
-        f"{b.y_zero:.3f}; y_min {y_min:.3f} ({b.window.low_basis}); the value sits mid-window "
-        f"(at least y_min + {RAISE_MARGIN:.2f})"
+        f"{b.y_zero:.3f}; y_min {y_min:.3f} ({b.window.low_basis}); the value is the smallest "
+        f"raise that works: y_min + {RAISE_MARGIN:.2f}, rounded up"
     )
     actions = [
         Action(
             text=f"Set {FLAG} {_fmt_y(rec)} (today {_fmt_y(y)}). The KV pool is empty below "
             f"{b.y_zero:.3f} (= 1 − {post:.2f}/{pre:.2f}); at {_fmt_y(rec)} it gets {kv:.2f} GiB"
-            f"{_tokens(ctx, kv)} and leaves {dynamic:.2f} GiB for activations." + _window(ctx),
+            f"{_tokens(ctx, kv)} and leaves {dynamic:.2f} GiB for activations."
+            + _window(ctx)
+            + f" Why: {chosen.why}",
             flag=FLAG,
             direction="raise",
             value=rec,

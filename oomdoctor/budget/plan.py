@@ -13,10 +13,16 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import NamedTuple
 
-from oomdoctor.budget import sglang_defaults
-from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB, kv_at, round_down, round_up
+from oomdoctor.budget import cards, sglang_defaults
+from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB, kv_at
 from oomdoctor.budget.model_config import ModelShape
-from oomdoctor.budget.targets import RAISE_MARGIN
+from oomdoctor.budget.recommend import (
+    fmt_y,
+    lower_candidates,
+    raise_candidates,
+    recommend,
+    window_text,
+)
 from oomdoctor.incident.versions import key
 from oomdoctor.model import Scalar, SglangBudget, Window
 
@@ -81,6 +87,8 @@ class Plan:
     command: str | None
     levers: tuple[Lever, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: one sentence: why the recommended (or kept) fraction, or which term does not fit
+    why: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -140,7 +148,8 @@ def _args(p: PlanInput) -> dict[str, Scalar]:
     return args
 
 
-def _pre_and_card(p: PlanInput, notes: list[str]) -> tuple[float, float]:
+def _pre_and_card(p: PlanInput, notes: list[str]) -> tuple[float, float, str]:
+    """pre, the card's MiB, and what that card figure is."""
     if p.pre_gib is not None:
         pre = p.pre_gib
     elif p.card_mib is not None:
@@ -154,20 +163,35 @@ def _pre_and_card(p: PlanInput, notes: list[str]) -> tuple[float, float]:
         raise ValueError("give the card (--gpu NAME or --gpu-mem SIZE) or --pre-load-memory")
     if pre <= 0:
         raise ValueError("the memory free before weights must be more than 0")
-    card_mib = p.card_mib if p.card_mib is not None else (pre + CONTEXT_GIB) * 1024
-    if p.card_mib is None:
+    if p.card_mib is not None:
+        return pre, p.card_mib, p.card_name or f"{p.card_mib:.0f} MiB card"
+    # As `diagnose` does for a log that names no card (budget/sglang.py): the common card just
+    # above pre + context, else pre + context itself; the note says which.
+    estimate = (pre + CONTEXT_GIB) * 1024
+    guessed = cards.guess(estimate)
+    if guessed is not None:
         notes.append(
-            f"the card is not given: its memory is taken as pre + {CONTEXT_GIB:.2f} GiB of context "
-            "(give --gpu or --gpu-mem for SGLang's default fraction and reserve of a real card)"
+            f"the card is not given: taken as an {guessed[0]} ({guessed[1]} MiB), the common card "
+            f"just above pre + {CONTEXT_GIB:.2f} GiB of CUDA context (give --gpu or --gpu-mem)"
         )
-    return pre, card_mib
+        return (
+            pre,
+            float(guessed[1]),
+            f"an {guessed[0]}, the common card just above pre + {CONTEXT_GIB:.2f} GiB of CUDA "
+            "context",
+        )
+    notes.append(
+        f"the card is not given: its memory is taken as pre + {CONTEXT_GIB:.2f} GiB of context "
+        "(give --gpu or --gpu-mem for SGLang's default fraction and reserve of a real card)"
+    )
+    return pre, estimate, f"card estimated as pre + {CONTEXT_GIB:.2f} GiB of CUDA context"
 
 
 def evaluate(p: PlanInput) -> Plan:
     """One launch as given (no levers); raises ValueError when the inputs cannot give a budget."""
     notes: list[str] = []
     era = sglang_defaults.era_of(p.sglang_version, p.sglang_version)
-    pre, card_mib = _pre_and_card(p, notes)
+    pre, card_mib, card_is = _pre_and_card(p, notes)
     per_gpu = weights_per_gpu(p)
     if per_gpu is None:
         raise ValueError("give the model (--model DIR|config.json) or --weights SIZE")
@@ -213,8 +237,8 @@ def evaluate(p: PlanInput) -> Plan:
                 else "a KV pool that is not empty"
             ),
             sglang_defaults.ceiling(card_mib, reserve),
-            f"a runtime reserve of {reserve.gib:.2f} GiB of the {card_mib / 1024:.2f} GiB card "
-            f"({reserve.basis})",
+            f"a runtime reserve of {reserve.gib:.2f} GiB ({reserve.basis}) of a "
+            f"{card_mib / 1024:.2f} GiB card ({card_is})",
         ),
         reserve_gib=reserve.gib,
     )
@@ -265,21 +289,34 @@ def _problems(b: SglangBudget, tokens: int | None, context: int | None) -> tuple
     return tuple(found)
 
 
+def why(now: Plan, value: float | None) -> str | None:
+    """The sentence `diagnose` would give for this budget (budget/recommend.py); a finer value
+    than its first choice (a rounding that landed on a bound) says so."""
+    b = now.budget
+    if b.window.low is None:
+        return None
+    chosen = recommend(b)
+    if value is None or value == chosen.value:
+        return chosen.why
+    return (
+        f"{fmt_y(value)} is the nearest value to pass inside the window "
+        f"{window_text(b.window.low, b.window.high)}: {fmt_y(chosen.value or value)}, the usual "
+        "choice, lands on a bound once rounded."
+    )
+
+
 def fixed_by_fraction(now: Plan) -> Plan | None:
-    """The smallest move of y that clears every problem, checked by re-planning (None: none)."""
+    """The one recommended fraction (budget/recommend.py, as `diagnose` uses it), checked by
+    re-planning; when a rounding lands it on a bound, the next finer candidate (None: none)."""
     b = now.budget
     low, high, y = b.window.low, b.window.high, b.mem_fraction_static
     if low is None or high is None or y is None or low >= high:
         return None
-    if y <= low:  # raise, with a little room above the least workable value
-        candidates = [
-            round_up(low + RAISE_MARGIN),
-            round_up(low + 0.005, 0.005),
-            round_up(low, 0.001),
-        ]
-    else:  # lower to the ceiling
-        candidates = [round_down(high), round_down(high, 0.005), round_down(high, 0.001)]
-    for value in candidates:
+    first = recommend(b).value
+    if first is None:
+        return None
+    more = raise_candidates(low) if first > y else lower_candidates(high)
+    for value in dict.fromkeys([first, *more]):
         if low < value <= high:
             plan = evaluate(replace(now.inputs, mem_fraction_static=value))
             if plan.fine:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from oomdoctor.budget import sglang_defaults
 from oomdoctor.budget.formulas import GIB, kv_at, round_down
-from oomdoctor.budget.plan import Lever, Plan, PlanInput, evaluate, fixed_by_fraction
+from oomdoctor.budget.plan import Lever, Plan, PlanInput, evaluate, fixed_by_fraction, why
 
 #: Tensor-parallel sizes tried, smallest first (one node's worth).
 TP_SIZES = (2, 4, 8)
@@ -146,11 +146,12 @@ def make(p: PlanInput) -> Plan:
     """The plan: today's launch, the smallest fraction change that works, else the levers."""
     now = evaluate(p)
     if now.fine:
-        return now
+        return replace(now, why=why(now, None))
     fixed = fixed_by_fraction(now)
     if fixed is not None:
-        return replace(now, recommended=fixed.budget.mem_fraction_static, command=fixed.command)
-    return replace(now, levers=find(now))
+        value = fixed.budget.mem_fraction_static
+        return replace(now, recommended=value, command=fixed.command, why=why(now, value))
+    return replace(now, levers=find(now), why=why(now, None))
 
 
 def find(now: Plan) -> tuple[Lever, ...]:

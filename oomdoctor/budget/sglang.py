@@ -193,10 +193,20 @@ def build(incident: Incident, primary: Failure | None) -> SglangBudget:
             )
         else:
             gpu_gib = capacity
+            card_is = "the OOM message's total capacity"
             if gpu_gib is None:
                 estimate = pre + CONTEXT_OVERHEAD_GIB
                 card = cards.guess(estimate * 1024)
                 gpu_gib = card[1] / 1024 if card else estimate
+                # Name what the figure is: a card guessed from pre, or pre itself plus context
+                # (a co-tenant makes the real card larger; the log names none).
+                card_is = (
+                    f"an {card[0]}, the common card just above pre + {CONTEXT_OVERHEAD_GIB:.2f} "
+                    "GiB of CUDA context"
+                    if card
+                    else f"estimated as pre {pre:.2f} + {CONTEXT_OVERHEAD_GIB:.2f} GiB of CUDA "
+                    "context: the log names no card, and other processes would make it larger"
+                )
             era = sglang_defaults.era_of(incident.version.low, incident.version.high)
             args = dict(incident.server_args)
             args.setdefault("tp_size", incident.tp_size)
@@ -204,8 +214,8 @@ def build(incident: Incident, primary: Failure | None) -> SglangBudget:
             reserve = res.gib
             y_max = sglang_defaults.ceiling(gpu_gib * 1024, res)
             y_max_basis = (
-                f"a runtime reserve of {res.gib:.2f} GiB of the {gpu_gib:.2f} GiB card "
-                f"({res.basis})"
+                f"a runtime reserve of {res.gib:.2f} GiB ({res.basis}) of a {gpu_gib:.2f} GiB "
+                f"card ({card_is})"
             )
     if stage is not None and kv is not None:  # the stage's own figure, by whichever formula ran
         ranks = tuple(r._replace(kv_gib=kv) if r.stage == stage.stage else r for r in ranks)

@@ -82,21 +82,6 @@ def kv_pool_at(b: SglangBudget, y: float) -> float | None:
     return kv_at(y, b.pre_gib, b.post_gib) - b.kv_reserve_gib
 
 
-def raise_y(b: SglangBudget, y_min: float, suggested: float | None) -> Move:
-    """Mid-window (at least y_min + RAISE_MARGIN, and SGLang's own suggestion), never above the
-    window's upper bound. Needs pre and post."""
-    assert b.pre_gib is not None
-    high = b.window.high
-    rec = round_up(y_min + RAISE_MARGIN)
-    if high is not None:
-        rec = max(rec, round((y_min + high) / 2, 2))
-    if suggested is not None:
-        rec = max(rec, round_up(suggested + 0.005))
-    if high is not None and rec > high:
-        rec = round_down(high, 0.005)
-    return Move(rec, kv_pool_at(b, rec), dynamic_at(rec, b.pre_gib))
-
-
 def raise_again(rec: float, high: float | None) -> tuple[float, float]:
     """The log's y should already leave a pool: a further step, inside the window (as shown,
     and rounded up to a value to pass)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from oomdoctor.budget.recommend import window_text
 from oomdoctor.report.labels import one_line
 from oomdoctor.units import size
 
@@ -122,8 +123,7 @@ def budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
             ("CUDA graphs (outside the budget)", gib_text(b["graph_gib"])),
             (
                 "window u_min – u_max",
-                f"{num_text(b['u_min'])} – {num_text(b['u_max'])}"
-                + (" (empty)" if b.get("window_empty") else ""),
+                window_text(b["u_min"], b["u_max"], b["gpu_memory_utilization"]),
             ),
         ]
     if b.get("stage"):
@@ -153,8 +153,7 @@ def budget_rows(b: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
         ("y at which the KV pool is 0", num_text(b["y_zero"])),
         (
             "window y_min – y_max",
-            f"{num_text(b['y_min'])} – {num_text(b['y_max'])}"
-            + (" (empty)" if b.get("window_empty") else ""),
+            window_text(b["y_min"], b["y_max"], b["mem_fraction_static"]),
         ),
     ]
 

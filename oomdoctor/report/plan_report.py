@@ -12,7 +12,7 @@ from typing import Any
 from oomdoctor import __version__
 from oomdoctor.budget import card
 from oomdoctor.budget.plan import EXIT_STATUS, Plan
-from oomdoctor.budget.targets import RAISE_MARGIN
+from oomdoctor.budget.recommend import window_text
 from oomdoctor.report import picture
 from oomdoctor.report.budget_json import budget_dict
 from oomdoctor.report.build import SCHEMA_VERSION
@@ -55,7 +55,7 @@ def build(plan: Plan) -> dict[str, Any]:
             if plan.concurrency is None
             else round(plan.concurrency, 2),
             "recommended_mem_fraction_static": plan.recommended,
-            "why": _why(plan),
+            "why": plan.why,
             "command": plan.command,
             "levers": [
                 {
@@ -77,42 +77,6 @@ def build(plan: Plan) -> dict[str, Any]:
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
-
-
-def _why(plan: Plan) -> str | None:
-    """Why the recommended fraction, in the window's own terms."""
-    b, rec = plan.budget, plan.recommended
-    low, high = b.window.low, b.window.high
-    if low is None or high is None:
-        return None
-    if plan.fine:
-        return (
-            f"{FLAG} {b.mem_fraction_static:.3f} is inside the workable window {low:.3f} – "
-            f"{high:.3f}: above {low:.3f} for {b.window.low_basis}, and at most {high:.3f} for "
-            f"{b.window.high_basis}."
-        )
-    if rec is None and low > 1:
-        return (
-            f"The weights per GPU ({b.weights_gib or 0:.2f} GiB) need more than the "
-            f"{b.pre_gib or 0:.2f} GiB free before loading: spread them over more GPUs or store "
-            "them in fewer bytes."
-        )
-    if rec is None:
-        return (
-            f"No {FLAG} works with today's other flags: {low:.3f} is the least for "
-            f"{b.window.low_basis}, but {high:.3f} is the most for {b.window.high_basis}."
-        )
-    if rec > (b.mem_fraction_static or 0):
-        return (
-            f"{rec:g} is the smallest raise that works: {low:.3f} is the least for "
-            f"{b.window.low_basis}, and {rec:g} adds about {RAISE_MARGIN} of margin "
-            f"({RAISE_MARGIN * (b.pre_gib or 0):.2f} GiB of KV pool); it stays at or under "
-            f"{high:.3f}, the most for {b.window.high_basis}."
-        )
-    return (
-        f"{rec:g} is the smallest cut that works: {high:.3f} is the most for "
-        f"{b.window.high_basis}; it stays above {low:.3f}, the least for {b.window.low_basis}."
-    )
 
 
 def _diff(plan: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -147,7 +111,7 @@ def _rows(plan: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]:
         ("SGLang's runtime reserve", f"{gib_text(b['reserve_gib'])} of the card"),
         (
             "workable y (window)",
-            f"{b['y_min']:.3f} – {b['y_max']:.3f}" + (" (empty)" if b.get("window_empty") else ""),
+            window_text(b["y_min"], b["y_max"], b["mem_fraction_static"]),
         ),
     ]
     return rows
