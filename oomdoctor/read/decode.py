@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 BLOCK_SIZE = 1 << 20
+#: Compressed input is handed to the decompressor this many bytes at a time (see _inflate).
+FEED = 1 << 14
 #: Bytes looked at to tell the format (magic bytes, byte-order marks, NUL patterns).
 SNIFF_BYTES = 4096
 
@@ -249,13 +251,22 @@ class Decoder:
 
     def _inflate(self, data: bytes) -> Iterator[bytes]:
         """Decompressed pieces of ``data`` (each at most BLOCK_SIZE); concatenated streams
-        (gzip members, pbzip2 streams, xz and zstd frames) one after another."""
+        (gzip members, pbzip2 streams, xz and zstd frames) one after another. The input is fed
+        FEED bytes at a time: at each member's end the decompressor copies what it did not read
+        into ``unused_data``, so with the whole read at once a million small members would
+        cost a million copies of the rest of it."""
+        for start in range(0, len(data), FEED):
+            yield from self._inflate_piece(data[start : start + FEED])
+            if self.done:
+                return
+
+    def _inflate_piece(self, data: bytes) -> Iterator[bytes]:
         assert self._unpack is not None and self._make is not None
         while not self.done:
             unpack = self._unpack
             if unpack.eof:
                 data = unpack.unused_data + data
-                if not data.strip(b"\x00"):
+                if not data or (data[0] == 0 and not data.strip(b"\x00")):
                     return  # the end (or the zero padding some tools add); more may follow
                 self._unpack = unpack = self._make()
             try:

@@ -94,7 +94,7 @@ class _Cursor:
     """A line start whose index is known (the last candidate's, or the sub-block's start): the
     next candidate's index is counted from there, not from the block's start."""
 
-    __slots__ = ("counted", "index", "offset", "run")
+    __slots__ = ("counted", "heads", "index", "offset", "run")
 
     def __init__(self) -> None:
         self.offset = 0
@@ -104,6 +104,21 @@ class _Cursor:
         #: the index is -1 until needed: only the run's last one is passed.
         self.run: list[tuple[int, int, int, int, int, int]] = []
         self.counted: list[Counted] = []
+        #: per stats head: (the byte up to which the block was searched for it, where it was
+        #: last found there or -1), so that each candidate searches only the bytes since the
+        #: previous one (one backward search per candidate over the whole block is quadratic)
+        self.heads: dict[bytes, tuple[int, int]] = {}
+
+    def last_head(self, block: bytes, head: bytes, start: int) -> tuple[int, bool]:
+        """Where ``head`` last occurs wholly before ``start``, and whether that is news since
+        the previous call (its context line is then not yet a candidate)."""
+        searched, found = self.heads.get(head, (0, -1))
+        if start < searched:  # out of order: search it all, remember nothing
+            return block.rfind(head, 0, start), True
+        at = block.rfind(head, max(searched - len(head) + 1, 0), start)
+        news = at >= 0 and at != found
+        self.heads[head] = (start, at if at >= 0 else found)
+        return (at if at >= 0 else found), news
 
     def index_of(self, block: bytes, start: int) -> int:
         """The index of the line starting at ``start`` (at or after the known one)."""
@@ -313,7 +328,7 @@ class Scanner:
             ):
                 return
         self._close_run(block, candidates, cursor)
-        self._add(block, start, cursor.index_of(block, start), line, candidates)
+        self._add(block, start, cursor.index_of(block, start), line, candidates, cursor)
 
     def _hold(
         self,
@@ -340,13 +355,20 @@ class Scanner:
         return True
 
     def _add(
-        self, block: bytes, start: int, index: int, line: bytes, candidates: dict[int, bytes]
+        self,
+        block: bytes,
+        start: int,
+        index: int,
+        line: bytes,
+        candidates: dict[int, bytes],
+        cursor: _Cursor,
     ) -> None:
         """A candidate, and the stats lines just before it: what the server was doing then. A
         traceback frame brings the source line printed under it (the code tells which class's
         method it is, knowledge/code.py), whatever that line holds."""
         for head in STATS_HEADS if self._stats_boring else ():
-            context = line_at(block, block.rfind(head, 0, start), start, index)
+            at, news = cursor.last_head(block, head, start)
+            context = line_at(block, at, start, index) if news else None
             if context is not None:
                 candidates.setdefault(*context)
         candidates[index] = line
