@@ -6,6 +6,7 @@ No printing, no exit codes: the CLI does those.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -24,6 +25,7 @@ from oomdoctor.judge import GpuState, Judgement
 from oomdoctor.knowledge import Knowledge, builtin, family
 from oomdoctor.model import Incident, Line
 from oomdoctor.read import parallel
+from oomdoctor.read.held import Held, fd_path
 from oomdoctor.read.sources import ReadStats, iter_blocks, open_source, plain_file, read_notices
 from oomdoctor.read.sources import label as source_label
 from oomdoctor.rules import engine, features, schema, verdict
@@ -81,12 +83,17 @@ def read(
     notices: list[str] = []
     anchors = extractor.scanner.anchors
     physical: dict[tuple[int, int], int] = {}  # where a wrapper was taken off (renumber.py)
-    streams = [open_source(n, stdin) for n in names]  # fail before reading anything
+    held = _check_inputs(names, stdin)  # fail before reading anything
     try:
-        for index, (name, label, stream) in enumerate(zip(names, labels, streams, strict=False)):
+        for index, (name, label) in enumerate(zip(names, labels, strict=True)):
+            # one input open at a time: a thousand rank logs need no thousand descriptors
+            stream = held.get(index) or open_source(name, stdin)
+            held[index] = stream
+            opened = Held(stream, name, label) if name != "-" else None
             feeder = Feeder(extractor, assembler, index)
             stats = ReadStats(label)
-            path = Path(name) if name != "-" else None
+            # read through the open descriptor, never by name again (read/held.py)
+            path = fd_path(stream, Path(name)) if name != "-" else None
             plan = plan_of_file(path, anchors) if path and parallel.usable(path) else None
             scans = (
                 parallel.scan_file(path, extractor.scanner, stats, progress)
@@ -110,15 +117,46 @@ def read(
             physical.update(feeder.physical)
             assembler.lines_read += stats.lines
             notices.extend(read_notices(stats))
+            if opened is not None:
+                notices.extend(opened.notices())
+                held.pop(index).close()
     finally:
-        for name, stream in zip(names, streams, strict=False):
-            if name != "-":
+        for index, stream in held.items():
+            if names[index] != "-":
                 stream.close()
     notices.extend(extractor.notices(labels))
     incident = renumber(assembler.incident(), physical)
     if notices:
         incident = incident._replace(notices=incident.notices + tuple(notices))
     return incident
+
+
+def _check_inputs(names: Sequence[str], stdin: BinaryIO | None) -> dict[int, BinaryIO]:
+    """Open every input once, so that a missing or unreadable one fails the run before any is
+    read; regular files are closed again (each is reopened when its turn comes), pipes and
+    standard input are kept (they cannot be opened twice). InputError for the first that fails."""
+    import stat
+
+    kept: dict[int, BinaryIO] = {}
+    try:
+        for index, name in enumerate(names):
+            stream = open_source(name, stdin)
+            regular = False
+            if name != "-":
+                try:
+                    regular = stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+                except (OSError, ValueError):
+                    regular = False
+            if regular:
+                stream.close()
+            else:
+                kept[index] = stream
+    except BaseException:
+        for index, stream in kept.items():
+            if names[index] != "-":
+                stream.close()
+        raise
+    return kept
 
 
 def stream_parser(
