@@ -237,12 +237,11 @@ def test_a_server_args_value_cannot_break_out_of_the_diff(hostile_log: Path) -> 
     _, md, _ = _invoke("diagnose", str(hostile_log), "--format", "markdown", "--no-gpu")
     tokens = MarkdownIt("commonmark").parse(md)
     diffs = [t for t in tokens if t.type == "fence" and t.info == "diff"]
-    assert len(diffs) == 1
-    lines = diffs[0].content.splitlines()
-    assert "+ --schedule-conservativeness 1.30" in lines
-    assert not any("<img" in line or "evil" in line for line in lines), lines
-    assert all(re.match(r"[-+] (--[a-z-]+ |[A-Z_]+=)", line) for line in lines), lines
-    assert not any(line.startswith("+ --evil-flag") for line in lines)
+    # the diff is fix 1's alone (issue 21), and fix 1 of this log is text (how often the pool
+    # ran full): the fix that quotes the hostile value is a numbered action, not a diff line
+    assert diffs == []
+    assert "set --schedule-conservativeness 1.3" in md
+    assert not re.search(r"^\+ --evil-flag", md, re.MULTILINE)
     assert not [t for t in tokens if t.type in ("html_block", "html_inline")]
 
 

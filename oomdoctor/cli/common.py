@@ -216,6 +216,19 @@ def terminal_width() -> int:
     return shutil.get_terminal_size().columns
 
 
+#: The text report's width where no terminal says (a pipe, a file) and ``COLUMNS`` is unset.
+DEFAULT_WIDTH = 100
+
+
+def report_width(stream: Any, to_stream: bool) -> int:
+    """The width to wrap a text report at: the terminal's, else a positive ``COLUMNS`` (also
+    through a pipe or into ``-o FILE``), else DEFAULT_WIDTH; never below 60."""
+    if to_stream and is_terminal(stream):
+        return max(terminal_width(), 60)
+    columns = os.environ.get("COLUMNS", "").strip()
+    return max(int(columns), 60) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
+
+
 def write_svg(data: dict[str, Any], svg: str | None) -> None:
     """Draw the report's picture of the card into an SVG file and point the report at it."""
     if not svg:
@@ -257,7 +270,6 @@ def emit_report(
         data = redact_report(data, fmt)
     write_svg(data, svg)
     to_stream = not output or output == "-"
-    width = terminal_width() if to_stream and is_terminal(stream) else 100
     colour = to_stream and use_color(color, stream)
-    text = render(data, fmt, color=colour, width=max(width, 60))
+    text = render(data, fmt, color=colour, width=report_width(stream, to_stream))
     return write_text(text, output if not to_stream else None, stream, strict)

@@ -92,13 +92,14 @@ def write_file(path: str, text: str) -> None:
     """
     target = Path(os.path.realpath(path))  # through a symlink: replace the file, keep the link
     try:
-        st: os.stat_result | None = target.stat()
+        # the path itself first: /dev/stdout -> /proc/self/fd/1 -> "pipe:[N]" has no real path
+        st: os.stat_result | None = Path(path).stat()
     except OSError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
         if stat.S_ISDIR(st.st_mode):
             raise OutputError(f"cannot write {path}: it is a directory")
-        _write_in_place(path, target, text)
+        _write_in_place(path, Path(path), text)
         return
     if st is not None and not os.access(target, os.W_OK):  # as writing it in place would say
         raise OutputError(f"cannot write {path}: {os.strerror(errno.EACCES)}")

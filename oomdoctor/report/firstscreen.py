@@ -4,6 +4,7 @@ a launch-flag diff, the figures the OOM message itself gives, and the budget row
 
 from __future__ import annotations
 
+import re
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -218,3 +219,39 @@ def rank_table(budget: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 row.append("?" if r.get(key) is None else gib_text(r[key]))
         rows.append(row)
     return header, rows
+
+
+#: A number as a log prints it (a size, a count, a token total: ``-561981``, ``4.34``).
+_NUMBER = re.compile(r"-?\d[\d.,:]*")
+#: The envelope a line starts with (``[2025-07-02 07:41:59 DP0 TP0]``): its numbers are the
+#: cheapest to lose, the report shows the line number and the rank beside it.
+_ENVELOPE = re.compile(r"^\s*(?:\[[^\]]*\]|\(\w+ pid=\d+\))\s*")
+ELLIPSIS = "…"
+
+
+def middle_cut(text: str, room: int, keep: tuple[str, ...] = ()) -> str:
+    """``text`` in at most ``room`` characters: the run that is cut out (shown as ``…``) is the
+    one that breaks the fewest numbers (those of the line's envelope count for nothing), nearest
+    the middle among equals, so a cut line keeps its figures; a string of ``keep`` (a redaction
+    mask the count includes) is never cut into or out."""
+    if len(text) <= room:
+        return text
+    drop = len(text) - max(room, 1) + 1
+    envelope = _ENVELOPE.match(text)
+    free_until = envelope.end() if envelope else 0
+    weighted = [
+        (m.start(), m.end(), 0 if m.end() <= free_until else 1) for m in _NUMBER.finditer(text)
+    ]
+    for word in keep:
+        weighted += [(m.start(), m.end(), 10**6) for m in re.finditer(re.escape(word), text)]
+    middle = (len(text) - drop) / 2
+    best: tuple[int, int, float, int] | None = None
+    for start in range(len(text) - drop + 1):
+        end = start + drop
+        score = sum(w for s, e, w in weighted if s < end and e > start)
+        in_envelope = max(0, min(end, free_until) - start)  # cutting the envelope costs least
+        key = (score, -in_envelope, abs(start - middle), start)
+        if best is None or key < best:
+            best = key
+    start = best[3] if best else 0
+    return text[:start] + ELLIPSIS + text[start + drop :]

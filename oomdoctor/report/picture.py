@@ -86,31 +86,50 @@ def _fraction(gib: float, total: float) -> float:
     return min(share, 1.0) if math.isfinite(share) else 1.0
 
 
-def text_bar(seg: dict[str, Any], width: int = 64) -> str:
+def legend(seg: dict[str, Any], chars: bool = True) -> list[str]:
+    """What the bar of ``seg`` draws, each with its size, then what it does not: the parts the
+    log leaves unknown and those of size 0 (named, never drawn), and a KV shortfall."""
+    drawn = {key for key, _, _ in _drawn(seg)[0]}
+    items = [
+        (f"{_CHAR[p['key']]} " if chars else "") + f"{p['label']} {p['gib']:.2f} GiB"
+        for p in seg["parts"]
+        if p["key"] in drawn
+    ]
+    if seg.get("kv_shortfall_gib"):
+        items.append(f"KV short by {seg['kv_shortfall_gib']:.2f} GiB")
+    unknown = [p["label"] for p in seg["parts"] if p["gib"] is None]
+    if unknown:
+        items.append(f"not drawn: {', '.join(unknown)} unknown")
+    empty = [p["label"] for p in seg["parts"] if p["gib"] is not None and p["key"] not in drawn]
+    if empty:
+        items.append(f"none: {', '.join(empty)}")
+    return items
+
+
+def text_bar(seg: dict[str, Any], width: int = 64, line: int = 100, indent: int = 2) -> str:
     """``[ooccWWWWWWKKKdd..]`` scaled to the card (or to pre when the card is unknown); at most
-    ``width`` cells whatever the numbers say."""
+    ``width`` cells whatever the numbers say; its legend below, wrapped at ``line`` columns."""
+    import textwrap
+
     parts, total = _drawn(seg)
     cells = ""
     for key, _, gib in parts:
         room = width - len(cells)
         cells += _CHAR[key] * min(room, round(_fraction(gib, total) * width))
     bar = f"[{cells.ljust(width)}]"
-    legend = "; ".join(
-        f"{_CHAR[p['key']]} {p['label']} {'unknown' if p['gib'] is None else format(p['gib'], '.2f') + ' GiB'}"
-        for p in seg["parts"]
-    )
-    short = (
-        f"; KV short by {seg['kv_shortfall_gib']:.2f} GiB" if seg.get("kv_shortfall_gib") else ""
-    )
-    return f"y={seg['y']:.2f} {bar}\n  {legend}{short}"
+    text = "; ".join(legend(seg))
+    pad = " " * indent
+    wrapped = textwrap.wrap(text, max(line - indent, 20), break_on_hyphens=False)
+    return f"y={seg['y']:.2f} {bar}\n" + "\n".join(pad + w for w in wrapped)
 
 
-def bars(pic: dict[str, Any]) -> str:
-    """The card now and, when a change is recommended, after it."""
+def bars(pic: dict[str, Any], line: int = 100) -> str:
+    """The card now and, when a change is recommended, after it, fitted to ``line`` columns."""
+    width = max(20, min(64, line - 16))
     if not pic.get("after"):
-        return text_bar(pic["before"])
-    now = text_bar(pic["before"]).replace("\n", "\n      ")
-    after = text_bar(pic["after"]).replace("\n", "\n      ")
+        return text_bar(pic["before"], width, line)
+    now = text_bar(pic["before"], width, line, indent=8)
+    after = text_bar(pic["after"], width, line, indent=8)
     return f"now   {now}\nafter {after}"
 
 
@@ -133,36 +152,68 @@ def _pie_label(label: str) -> str:
     return " ".join(str(label).replace('"', "'").split())
 
 
+#: Approximate width of one character of the SVG's 12 px sans-serif text, to lay labels out.
+_CHAR_PX = 7.0
+
+
 def svg(pictures: list[tuple[str, dict[str, Any]]], width: int = 720) -> str:
-    """Stacked horizontal bars, one per (caption, segments), with a legend."""
+    """Stacked horizontal bars, one per (caption, segments): each part's size is written on it
+    when it fits, and every size is listed under its bar (a viewer without tooltips sees them
+    all); the legend names only the parts drawn, wrapped to the picture's width."""
     from html import escape  # only --svg pays for html.entities
 
-    row, top = 46, 10
-    height = top + row * len(pictures) + 40
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="12">'
-    ]
     bar_w = width - 20
-    for i, (caption, seg) in enumerate(pictures):
-        y0 = top + i * row
-        out.append(f'<text x="10" y="{y0 + 12}">{escape(caption)}</text>')
+    out: list[str] = []
+    y = 10
+    drawn_keys: list[str] = []
+    for caption, seg in pictures:
+        out.append(f'<text x="10" y="{y + 12}" font-weight="bold">{escape(caption)}</text>')
         parts, total = _drawn(seg)
         x = 10.0
         for key, label, gib in parts:
             w = min(_fraction(gib, total) * bar_w, 10 + bar_w - x)  # the bar ends at the card
             if w <= 0:
                 continue
+            if key not in drawn_keys:
+                drawn_keys.append(key)
             out.append(
-                f'<rect x="{x:.1f}" y="{y0 + 18}" width="{w:.1f}" height="20" fill="{_COLOUR[key]}">'
+                f'<rect x="{x:.1f}" y="{y + 18}" width="{w:.1f}" height="22" fill="{_COLOUR[key]}">'
                 f"<title>{escape(label)}: {gib:.2f} GiB</title></rect>"
             )
+            number = f"{gib:.2f}"
+            if w >= _CHAR_PX * len(number) + 6:
+                out.append(
+                    f'<text x="{x + w / 2:.1f}" y="{y + 33}" text-anchor="middle">{number}</text>'
+                )
             x += w
-    lx = 10
-    for key, _, _, colour in PARTS:
+        y += 44
+        for row in _wrap(legend(seg, chars=False), bar_w):
+            out.append(f'<text x="10" y="{y + 12}" font-size="11">{escape(row)}</text>')
+            y += 15
+        y += 8
+    lx, ly = 10.0, y + 4
+    for key in sorted(drawn_keys, key=[k for k, *_ in PARTS].index):
         label = _SHORT[key]
-        out.append(f'<rect x="{lx}" y="{height - 22}" width="10" height="10" fill="{colour}"/>')
-        out.append(f'<text x="{lx + 14}" y="{height - 13}">{escape(label)}</text>')
-        lx += 14 + 7 * len(label) + 14
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+        step = 14 + _CHAR_PX * len(label) + 14
+        if lx > 10 and lx + step > width - 10:  # the legend wraps instead of leaving the picture
+            lx, ly = 10.0, ly + 18
+        out.append(f'<rect x="{lx:.0f}" y="{ly}" width="10" height="10" fill="{_COLOUR[key]}"/>')
+        out.append(f'<text x="{lx + 14:.0f}" y="{ly + 9}">{escape(label)}</text>')
+        lx += step
+    height = ly + 20
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0f}" '
+        f'viewBox="0 0 {width} {height:.0f}" font-family="sans-serif" font-size="12">'
+    )
+    return "\n".join([head, *out, "</svg>"]) + "\n"
+
+
+def _wrap(items: list[str], px: float) -> list[str]:
+    """``items`` joined by " · " into rows of at most ``px`` pixels (an item never split)."""
+    rows: list[str] = []
+    for item in items:
+        if rows and (len(rows[-1]) + 3 + len(item)) * _CHAR_PX * 11 / 12 <= px:
+            rows[-1] += " · " + item
+        else:
+            rows.append(item)
+    return rows

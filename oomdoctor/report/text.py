@@ -5,6 +5,7 @@ without it a log line or a process name could clear the screen or forge a link."
 from __future__ import annotations
 
 import io
+import re
 from types import MappingProxyType
 from typing import Any
 
@@ -18,12 +19,18 @@ from oomdoctor.report.firstscreen import (
     first_alternative,
     gib_text,
     known_rows,
+    middle_cut,
     oom_rows,
     rank_table,
 )
 from oomdoctor.report.judgement_json import decided_by_line
 from oomdoctor.report.labels import holder_label, one_line, visible_tree
 from oomdoctor.report.secrets import MASK
+
+#: Spaces at the end of a line, before any colour codes that end it.
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+#: Terminal rows an evidence line may take before it is cut (in the middle).
+EVIDENCE_ROWS = 2
 
 _STYLE = MappingProxyType(
     {
@@ -37,7 +44,7 @@ _STYLE = MappingProxyType(
 )
 
 
-def _picture(console: Any, pic: dict[str, Any] | None) -> None:
+def _picture(console: Any, pic: dict[str, Any] | None, width: int) -> None:
     from rich.text import Text
 
     from oomdoctor.report.picture import bars
@@ -45,7 +52,7 @@ def _picture(console: Any, pic: dict[str, Any] | None) -> None:
     if not pic:
         return
     console.print(Text("The card", style="bold underline"))
-    console.print(Text(bars(pic)), soft_wrap=True)
+    console.print(Text(bars(pic, width)), soft_wrap=True)
     console.print()
 
 
@@ -237,7 +244,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
         _oom_table(console, oom)
         console.print()
 
-    _picture(console, report.get("picture"))
+    _picture(console, report.get("picture"), width)
     _timeline(console, report.get("timeline"))
     _gpu(console, report.get("gpu"))
     sources = {e["source"] for f in report["findings"] for e in f["evidence"]}
@@ -260,13 +267,11 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
             where += f" [{e['rank']}]" if e.get("rank") else ""
             if n == 0 and e["line"] in decided:  # the judgement this line decided, first
                 where += f" [{one_line(decided[e['line']])}]"
-            room = max(width - len(where) - 4, 40)  # one terminal row each: the JSON has more
-            text = one_line(e["text"])  # a log line is one line: a newline in it starts none
-            masked = text.rfind(MASK)  # a mask the redaction count includes stays in view
-            if masked >= 0:
-                room = max(room, masked + len(MASK) + 1)
-            text = text if len(text) <= room else text[: room - 1] + "…"
-            console.print(Text(f"  {where}: ", style="cyan") + Text(text), soft_wrap=True)
+            # two terminal rows at most, cut in the middle where the fewest numbers are (the
+            # JSON has the whole line); a mask the redaction count includes stays in view
+            room = max(EVIDENCE_ROWS * width - len(where) - 6, 80)
+            text = middle_cut(one_line(e["text"]), room, keep=(MASK,))
+            console.print(Text(f"  {where}: ", style="cyan") + Text(text))
     for n in report["notices"]:
         console.print(Text(f"note: {n}", style="dim"))
     footer = f"{report['input']['lines_read']:,} lines read"
@@ -275,4 +280,6 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     footer += f"; {report['redactions']} secret(s) redacted"
     console.print(Text(footer, style="dim"))
     console.flush()
-    return buf.getvalue()
+    # rich pads a wrapped row with the space it broke at: no line ends in spaces (a pipe, a
+    # ticket, a diff of two reports), also before the colour reset
+    return _TRAILING.sub(r"\1", buf.getvalue())
