@@ -1,5 +1,6 @@
-"""Where an allocation failed and when, from frames, code lines, wrapper texts and stage names
-(knowledge/sites.toml), one case per kind of mark, plus the user's extensions to the tables."""
+"""Where an allocation failed and when, from frames, code lines, wrapper texts and stage names:
+the tables generated from the engines' sources (knowledge/code.py), the fallbacks for code no
+table knows (judge/heuristics.py), one case per kind of source, plus the user's own marks."""
 
 from __future__ import annotations
 
@@ -10,18 +11,38 @@ from click.testing import CliRunner
 
 from oomdoctor import knowledge
 from oomdoctor.cli import cli
-from oomdoctor.judge import sites
-from oomdoctor.model import Frame
+from oomdoctor.judge.place import place
+from oomdoctor.model import Failure, Frame, Line
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
 
 
 def _frames(*specs: str) -> tuple[Frame, ...]:
-    """`path:func` or `path:func|code` per frame, outermost first."""
+    """`path:func`, `path:func@lineno` or `path:func|code` per frame, outermost first."""
     out = []
     for spec in specs:
         probe, _, code = spec.partition("|")
+        probe, _, at = probe.partition("@")
         path, _, func = probe.rpartition(":")
-        out.append(Frame(path, 1, func, None, code))
+        out.append(Frame(path, int(at or 0), func, None, code))
     return tuple(out)
+
+
+def _line(text: str, number: int = 1) -> Line:
+    return Line(source=0, number=number, seq=number << 8, text=text, raw=text)
+
+
+def _failure(frames: tuple[Frame, ...], texts: tuple[str, ...], stages: tuple[str, ...]) -> Failure:
+    """A CUDA OOM with these frames; the first text is its line, the second its traceback's
+    wrapper (the opener); the first stage the pipeline stage it ran in."""
+    return Failure(
+        kind="cuda_oom",
+        line=_line(texts[0] if texts else OOM, 10),
+        message=texts[0] if texts else OOM,
+        frames=frames,
+        opener=_line(texts[1], 9) if len(texts) > 1 else None,
+        stage=stages[0] if stages else None,
+    )
 
 
 SITE_CASES = [
@@ -156,7 +177,10 @@ SITE_CASES = [
 def test_site(
     frames: tuple[Frame, ...], texts: tuple[str, ...], stages: tuple[str, ...], site: str
 ) -> None:
-    assert sites.classify(frames, texts=texts, stages=stages)[0] == site
+    placed = place(_failure(frames, texts, stages), knowledge.builtin())
+    assert placed.site.value == site, placed.site
+    if site != "unknown":
+        assert placed.site.why.strip()  # what decided it, in words a report shows
 
 
 PHASE_CASES = [
@@ -203,12 +227,15 @@ PHASE_CASES = [
     ("frames", "texts", "phase"), [c[1:] for c in PHASE_CASES], ids=[c[0] for c in PHASE_CASES]
 )
 def test_phase(frames: tuple[Frame, ...], texts: tuple[str, ...], phase: str | None) -> None:
-    assert sites.phase_of(frames, texts=texts) == phase
+    placed = place(_failure(frames, texts, ()), knowledge.builtin())
+    assert placed.phase.value == (phase or "unknown"), placed.phase
 
 
-def test_every_builtin_site_has_an_entry_and_the_tables_load() -> None:
+def test_no_built_in_marks_only_the_generated_tables() -> None:
+    """Where and when code runs is generated from the engines' sources; the only marks are a
+    user's own (none are shipped), and the engine markers load."""
     k = knowledge.builtin()
-    assert [m.name for m in k.sites] == list(knowledge.SITES)
+    assert k.sites == () and k.phases == ()
     assert {m.engine for m in k.markers} <= set(knowledge.FAMILY) | set(knowledge.STACK)
 
 

@@ -49,11 +49,15 @@ def encoder_frame(frames: Sequence[Frame]) -> tuple[Frame, str] | None:
                     "embedding (a text decoder runs none)"
                 )
             continue
-        for part in (frame.func, name):
+        for part in (frame.func, name, *_SELF_CALL.findall(frame.code)):
             m = _ENCODER_NAME.search(part)
             if m:
                 return frame, f"{part!r} names encoder code ({m.group(0).strip('_./-')})"
     return None
+
+
+#: The module a frame's code line calls on itself (`vision_embedding = self.vpm(pixels)`).
+_SELF_CALL = re.compile(r"\bself\.(\w+)\(")
 
 
 #: Function names that make or fill parameters.
@@ -74,4 +78,16 @@ def weights_frame(frames: Sequence[Frame]) -> tuple[Frame, str] | None:
         if frame.func == "__init__" and any(d in path for d in _LAYER_DIRS):
             name = path.rsplit("/", 1)[-1]
             return frame, f"a layer's constructor ({name}) creates its parameters"
+    return None
+
+
+#: The engines' model and layer packages: the forward pass runs there.
+_MODEL_DIRS = ("srt/layers/", "srt/models/", "model_executor/layers/", "model_executor/models/")
+
+
+def model_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame in an engine's model or layer code (the forward pass), if any."""
+    for frame in reversed(frames):
+        if any(d in frame.path.replace("\\", "/") for d in _MODEL_DIRS):
+            return frame
     return None

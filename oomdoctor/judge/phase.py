@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from oomdoctor.incident.place import before
-from oomdoctor.judge import sites
+from oomdoctor.judge import code_sites
 from oomdoctor.judge.records import Decision, frame_name
 from oomdoctor.knowledge import Knowledge
 from oomdoctor.knowledge.kinds import STARTUP_KINDS
@@ -57,11 +57,15 @@ def decide(
     engine: str | None,
     stack: Sequence[str] = (),
     ready: Line | None = None,
+    texts: Sequence[tuple[str, Line]] = (),
 ) -> tuple[Decision, Decision | None]:
     """The phase and, when a weaker source disagrees, the runner-up. ``ready`` is the
     incident's ready line: one read later (another file of the incident) can still come before
     the failure by the timestamps."""
     found = _sources(failure, knowledge, server_args, engine, stack)
+    coded = code_sites.phase(failure.frames, knowledge, texts)
+    if coded is not None and failure.kind not in STARTUP_KINDS:
+        found.append(coded)
     c = failure.clues
     other_file = ready is not None and ready.source != failure.line.source
     if c.ready is None and ready is not None and other_file and before(ready, failure.line):
@@ -95,16 +99,6 @@ def _sources(
         return [Decision("startup", "this failure exists only at startup", line, 1.0)]
     if c.warmup:
         out.append(Decision("warmup", "it happened inside the warm-up request", line, 0.9))
-    texts = [line.text] + ([failure.opener.text] if failure.opener is not None else [])
-    marked = sites.phase_mark(failure.frames, knowledge, texts)
-    if marked is not None:
-        phase, frame = marked
-        where = (
-            f"{frame_name(frame)} is {phase} code"
-            if frame is not None
-            else f"the traceback's text is {phase} code"
-        )
-        out.append(Decision(phase, where, frame.line if frame and frame.line else line, 0.85))
     ctor = _constructor(failure)
     if ctor is not None:
         out.append(ctor)

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
-from oomdoctor.judge import heuristics, sites
+from oomdoctor.judge import code_sites, heuristics
 from oomdoctor.judge import phase as phases
 from oomdoctor.judge.records import Decision, frame_name
-from oomdoctor.knowledge import Knowledge
+from oomdoctor.knowledge import Knowledge, code
 from oomdoctor.knowledge.kinds import OOM_KINDS
 from oomdoctor.model import EMPTY, Failure, Frame, Line, Scalar
 
@@ -54,29 +54,28 @@ def place(
 ) -> Placement:
     """The site and phase of one failure, from its frames, texts, stage and clues."""
     c = failure.clues
-    opener = failure.opener
-    texts = [failure.line.text] + ([opener.text] if opener is not None else [])
-    stages = [failure.stage] if failure.stage else []
-    site_name, frame = sites.classify(failure.frames, knowledge, texts, stages)
-    phase, rival = phases.decide(failure, knowledge, server_args, engine, stack, ready)
-    if site_name != "unknown":
-        where = (
-            f"{frame_name(frame)} is {site_name} code"
-            if frame is not None
-            else f"the failure's own text or stage names {site_name} work"
+    texts = _texts(failure)
+    phase, rival = phases.decide(failure, knowledge, server_args, engine, stack, ready, texts)
+    site = code_sites.site(failure.frames, knowledge, texts)
+    frame = _frame_of(failure, site)
+    if site is None and failure.stage and code.stage_role(failure.stage) == "encoder":
+        site = Decision(
+            "encoder",
+            f"the failure is in the {failure.stage!r} stage, an encoder",
+            failure.line,
+            0.75,
         )
-        site = Decision(site_name, where, _line_of(frame) or failure.line, 0.85)
-    else:
+    if site is None:
         site = _site_from_checkpoints(failure, phase.value)
     if site.value in ("unknown", "forward"):
-        named = heuristics.encoder_frame(failure.frames)
-        making = heuristics.weights_frame(failure.frames)
-        if named is not None:
-            frame, why = named
-            site = Decision("encoder", why, frame.line or failure.line, 0.6)
-        elif making is not None and phase.value in ("startup", "unknown"):
-            frame, why = making
-            site = Decision("weights", why, frame.line or failure.line, 0.6)
+        fallback = _fallback(failure, phase.value)
+        if fallback is not None:
+            site, frame = fallback
+    if site.value == "unknown":
+        model = heuristics.model_frame(failure.frames)
+        if model is not None:
+            frame = model
+            site = Decision("forward", f"{frame_name(model)} is model code", model.line, 0.5)
     if c.capture_failed is not None and failure.kind != "graph_capture_failed":
         site = Decision(
             "graph_capture",
@@ -85,6 +84,37 @@ def place(
             0.9,
         )
     return Placement(site, phase, frame, rival)
+
+
+def _texts(failure: Failure) -> tuple[tuple[str, Line], ...]:
+    """The failure's own line and the wrapper line that opened its traceback."""
+    out = [(failure.line.text, failure.line)]
+    if failure.opener is not None:
+        out.append((failure.opener.text, failure.opener))
+    return tuple(out)
+
+
+def _frame_of(failure: Failure, site: Decision | None) -> Frame | None:
+    if site is None or site.line is None:
+        return None
+    return next((f for f in failure.frames if f.line == site.line), None)
+
+
+def _fallback(failure: Failure, phase: str) -> tuple[Decision, Frame | None] | None:
+    """What names and operations say, for code no table knows (judge/heuristics.py)."""
+    named = heuristics.encoder_frame(failure.frames)
+    if named is not None:
+        frame, why = named
+        return Decision("encoder", why, frame.line or failure.line, 0.6), frame
+    for frame in reversed(failure.frames):
+        if code.name_heuristic(frame.path, frame.func, frame.code) == "encoder":
+            why = f"{frame_name(frame)} names encoder code"
+            return Decision("encoder", why, frame.line or failure.line, 0.6), frame
+    making = heuristics.weights_frame(failure.frames)
+    if making is not None and phase in ("startup", "unknown"):
+        frame, why = making
+        return Decision("weights", why, frame.line or failure.line, 0.6), frame
+    return None
 
 
 def _site_from_checkpoints(failure: Failure, phase: str) -> Decision:

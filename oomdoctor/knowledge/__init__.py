@@ -145,14 +145,17 @@ def load(dirs: Iterable[Path]) -> Knowledge:
     """The built-in tables plus the marker files of ``dirs``; KnowledgeError lists every problem."""
     problems: list[str] = []
     markers = list(_markers(HERE / "engines.toml", problems))
-    sites, phases = _marks(HERE / "sites.toml", problems, builtin_file=True)
+    # Where and when code runs comes from the tables generated from the engines' sources
+    # (knowledge/code.py); the marks here are only the user's own (site-marks.toml).
+    sites: list[Marks] = []
+    phases: list[Marks] = []
     for directory in dirs:
         path = directory / USER_MARKERS
         if path.exists():  # a FIFO or a device is refused by the read, not skipped
             markers.extend(_markers(path, problems))
         path = directory / USER_SITES
         if path.exists():  # a FIFO or a device is refused by the read, not skipped
-            extra_sites, extra_phases = _marks(path, problems, builtin_file=False)
+            extra_sites, extra_phases = _marks(path, problems)
             sites = _merge(sites, extra_sites)
             phases = _merge(phases, extra_phases)
     if problems:
@@ -263,7 +266,7 @@ def _compile(pattern: str, where: str, problems: list[str]) -> re.Pattern[str] |
         return None
 
 
-def _marks(path: Path, problems: list[str], builtin_file: bool) -> tuple[list[Marks], list[Marks]]:
+def _marks(path: Path, problems: list[str]) -> tuple[list[Marks], list[Marks]]:
     read = _read(path, problems)
     if read is None:
         return [], []
@@ -282,10 +285,6 @@ def _marks(path: Path, problems: list[str], builtin_file: bool) -> tuple[list[Ma
             marks = _one_marks(entry, table, names, where, problems)
             if marks is not None:
                 out[table].append(marks)
-    if builtin_file:
-        missing = set(SITES) - {m.name for m in out["site"]}
-        for name in sorted(missing):
-            problems.append(f"{path}:1: built-in site {name!r} has no entry")
     return out["site"], out["phase"]
 
 

@@ -8,7 +8,9 @@ a multimodal model file, the printed code line's
 hash when that line occurs only in encoder methods of the file, then ``(func, lineno)`` by the
 majority of the indexed releases whose file has a function of that name at that line, then
 ``func`` alone when every
-class that has it agrees; the call-graph table gives the site and phase of the function itself.
+class that has it agrees; for a file that holds text models only (no tower, no multimodal class),
+a forward is the language model's (site ``forward``); the call-graph table gives the site and
+phase of the function itself.
 Releases that disagree, a line outside every span, or classes that disagree give a weaker answer
 (the multimodal role without a method) or None, never a guess. ``name_heuristic`` is the
 fallback for code in no table.
@@ -35,14 +37,21 @@ __all__ = [
 ]
 
 OVERRIDES = Path(__file__).resolve().parent / "overrides.toml"
+#: The call-graph phase of dispatch loops and process entry points (worker_busy_loop,
+#: run_scheduler_process): both phases' work runs under them.
+EITHER = "either"
 #: A message fragment is matched by this many first characters when the line is cut after them.
 PREFIX = 48
+#: ... or, after earlier fragments matched at least PREFIX characters, by what is left of the line
+#: when the line ends inside it (at least this many characters): "... with 1024 dummy requests."
+CUT_TAIL = 12
 
 
 class CodeRole(NamedTuple):
     site: str | None  # one of oomdoctor.knowledge.SITES, or None
     phase: str | None  # "startup" | "running" | None
-    engine: str  # sglang | vllm | sglang-omni | vllm-omni | transformers (an override's package)
+    engine: str  # sglang | vllm | sglang-omni | vllm-omni | vllm-ascend | transformers (or an
+    # override's package)
     module: str  # e.g. "vllm/model_executor/models/qwen2_5_vl.py"
     qualname: str  # e.g. "Qwen2_5_VisionAttention.forward"
     why: str  # one line a report can show, naming the releases it was derived from
@@ -75,6 +84,8 @@ def frame_role(path: str, func: str, lineno: int | None = None, code: str = "") 
         return None
     engine = engine_of(module)
     mm = _multimodal(module, engine, func, lineno, code)
+    if mm is None:
+        mm = _text_model(module, engine, func)
     fn = _function(module, engine, func, mm.qualname if mm else "")
     if fn is None and mm is None:
         return None
@@ -103,6 +114,20 @@ def _multimodal(module: str, engine: str, func: str, lineno: int | None, code: s
     if spans is not None:
         return spans
     return _by_name(variants, engine, module, name, owner)
+
+
+def _text_model(module: str, engine: str, func: str) -> _Mm | None:
+    """The language side for a forward of a text model's file (every class of it is a text
+    model's part: no tower, no multimodal class)."""
+    mask = tables.text_file(module)
+    name = func.rsplit(".", 1)[-1]
+    if not mask or not (name == "__call__" or name.startswith(("forward", "_forward"))):
+        return None
+    why = (
+        f"{module} holds text models only ({tables.versions(engine, mask)}): its {name} is "
+        "the language model's"
+    )
+    return _Mm("l", func, why)
 
 
 def _encoder_line(module: str, code: str) -> bool:
@@ -234,6 +259,17 @@ def _function(module: str, engine: str, func: str, qual_hint: str) -> _Fn | None
         for label in labels:
             mask |= label.mask
     said = " ".join(x for x in (site or "", f"at {phase}" if phase else "") if x) or "no role"
+    if phase == EITHER:  # known, and honestly neither phase: the frames below decide
+        phase = None
+        said = " ".join(
+            x
+            for x in (
+                site or "",
+                "in either phase (it runs startup's and "
+                "serving's work alike: the frames below decide)",
+            )
+            if x
+        )
     return _Fn(
         site, phase, qual, f"{qual}: {said} by the call graph ({tables.versions(engine, mask)})"
     )
@@ -249,12 +285,28 @@ def _majority(labels: tuple[tables.Label, ...], field: str) -> str | None:
     return ranked[0][0]
 
 
+def _cut_fragment(text: str, part: str, pos: int, least: int) -> tuple[int, int]:
+    """Where ``part`` starts in ``text`` (at or after ``pos``) when the line ends inside it, with
+    at least ``least`` of its characters there, and how many count (PREFIX at most); (-1, 0)
+    when no such cut is there."""
+    end = len(text.rstrip())
+    found = text.find(part[:least], max(pos, end - len(part) + 1))
+    while found >= 0:
+        rest = text[found:end]
+        if part.startswith(rest):
+            return found, min(len(rest), PREFIX)
+        found = text.find(part[:least], found + 1)
+    return -1, 0
+
+
 def message_role(text: str) -> CodeRole | None:
     """The memory-check message of table d that a log line shows, with its emitter's role.
 
     Every long literal fragment of the message must appear, in order; a fragment cut at the end
     of the line (a wrapped or truncated paste) counts by its first ``PREFIX`` characters.
+    Backticks are ignored and white space runs count as one space.
     """
+    text = _plain(text)
     best: tuple[tuple[int, int], tables.Message] | None = None
     for anchor, parts, message in _message_index():
         if anchor not in text:
@@ -263,10 +315,8 @@ def message_role(text: str) -> CodeRole | None:
         for part in parts:
             found = text.find(part, pos)
             size = len(part)
-            if found < 0 and len(part) > PREFIX:
-                found, size = text.find(part[:PREFIX], pos), PREFIX
-                if found >= 0 and not part.startswith(text[found:].rstrip()):
-                    found = -1  # the prefix is there but the text goes on differently
+            if found < 0:
+                found, size = _cut_fragment(text, part, pos, PREFIX if score < PREFIX else CUT_TAIL)
             if found < 0:
                 break
             pos, score = found + size, score + size
@@ -289,6 +339,12 @@ def message_role(text: str) -> CodeRole | None:
     return CodeRole(site, phase, engine, message.module, message.qualname, why)
 
 
+def _plain(text: str) -> str:
+    """The log line as table d stores messages: no backticks (a Markdown-rendered paste loses
+    them), one space for each run of white space."""
+    return " ".join(text.replace("`", "").split())
+
+
 @lru_cache(maxsize=1)
 def _message_index() -> tuple[tuple[str, tuple[str, ...], tables.Message], ...]:
     least = int(tables.table("messages.json").get("min_fragment", 14))
@@ -296,12 +352,12 @@ def _message_index() -> tuple[tuple[str, tuple[str, ...], tables.Message], ...]:
     for message in tables.messages():
         parts = tuple(p for p in message.fragments if len(p) >= least)
         if parts:
-            out.append((max(parts, key=len)[:PREFIX], parts, message))
+            out.append((parts[0][:PREFIX], parts, message))  # a cut line keeps the start
     return tuple(out)
 
 
 def message_anchors() -> tuple[str, ...]:
-    """The first ``PREFIX`` characters of the longest literal fragment of every message of
+    """The first ``PREFIX`` characters of the first long literal fragment of every message of
     table d (for the line scanner: a line holding none of them matches no message)."""
     return tuple(sorted({anchor for anchor, _, _ in _message_index()}))
 

@@ -29,6 +29,7 @@ PACKAGES = MappingProxyType(
         "sglang_omni": "sglang-omni",
         "vllm": "vllm",
         "vllm_omni": "vllm-omni",
+        "vllm_ascend": "vllm-ascend",
         "transformers": "transformers",
     }
 )

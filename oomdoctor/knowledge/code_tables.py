@@ -26,12 +26,15 @@ SITE_CODES = MappingProxyType(
         "f": "forward",
     }
 )
-PHASE_CODES = MappingProxyType({"s": "startup", "r": "running"})
+#: ``either``: a dispatch loop or process entry that runs both phases' work (code.frame_role
+#: answers phase None for it, with that reason).
+PHASE_CODES = MappingProxyType({"s": "startup", "r": "running", "x": "either"})
 
 
 class Layout(NamedTuple):
     """One class of a multimodal file: role ``e`` encoder, ``l`` language, ``t`` the top-level
-    model (its encoder methods carry their span offsets); how it was found (``via``)."""
+    model (its encoder methods carry their span offsets); ``via`` is empty (the generator no
+    longer writes how a class was found: no lookup reads it)."""
 
     cls: str
     role: str
@@ -91,9 +94,30 @@ def versions(engine: str, mask: int) -> str:
 
 def known(module: str) -> bool:
     """Whether a frame table holds ``module``."""
-    return module in table("multimodal.json").get("files", {}) or module in table(
-        "functions.json"
-    ).get("functions", {})
+    return (
+        module in table("multimodal.json").get("files", {})
+        or module in table("functions.json").get("functions", {})
+        or bool(text_file(module))
+    )
+
+
+def text_file(module: str) -> int:
+    """The releases (mask) in which ``module`` holds text models' classes only, or 0."""
+    return _text_files().get(module, 0)
+
+
+@lru_cache(maxsize=1)
+def _text_files() -> dict[str, int]:
+    """``multimodal.json``'s ``text``: folder -> ``name:mask,...`` (``=`` for transformers'
+    ``<folder>/modeling_<folder>.py``)."""
+    out = {}
+    for folder, items in table("multimodal.json").get("text", {}).items():
+        for item in items.split(","):
+            name, _, mask = item.partition(":")
+            if name == "=":
+                name = f"modeling_{folder.rpartition('/')[2]}"
+            out[f"{folder}/{name}.py"] = int(mask, 16)
+    return out
 
 
 @lru_cache(maxsize=512)

@@ -7,15 +7,13 @@ validated against real names.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.budget import as_sglang
 from oomdoctor.budget.costs import start_gap, start_gap_explains
-from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.knowledge import family
 from oomdoctor.knowledge.kinds import RETRY_KINDS
-from oomdoctor.model import Budget, Failure, Incident, Line, Scalar, VllmBudget
+from oomdoctor.model import Budget, Fact, Failure, Incident, Line, Scalar, VllmBudget
 
 if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look at
     from oomdoctor.gpu.view import GpuView
@@ -27,10 +25,6 @@ if TYPE_CHECKING:  # the GPU modules load only when there is a GPU state to look
 RL_STACK = frozenset({"verl", "slime", "openrlhf", "torch_memory_saver"})
 #: Engines whose stages are separate processes sharing GPUs by design.
 PIPELINE_ENGINES = frozenset({"sglang-omni", "vllm-omni"})
-
-_ENCODER_STAGE = LazyPattern(
-    r"asr|encoder|vision|visual|image|audio|video|vocoder|code2wav|vit", re.I
-)
 
 
 class Feature(NamedTuple):
@@ -152,7 +146,7 @@ def compute(judgement: Judgement) -> dict[str, Feature]:
         fa.line
         for fa in incident.facts
         if fa.kind in ("omni_compute_failed", "omni_encode_failed")
-        or (fa.kind == "omni_stage_dead" and _ENCODER_STAGE.search(fa.line.text))
+        or (fa.kind == "omni_stage_dead" and any(_encoder_stage(n) for n in _stage_names(fa)))
     ]
     put("omni.encoder_failed", bool(encoder_lines), *encoder_lines[:3])
     zero = [
@@ -275,13 +269,6 @@ def _gpu_features(
     put("cotenant.start_gap_explains", gap_explains, *(evidence if gap_explains else ()))
 
 
-#: Frames and texts of vLLM's startup profile run (the dummy forward that sizes the KV cache).
-_PROFILE_RUN = LazyPattern(
-    r"determine_num_available_blocks|determine_available_memory|profile_run|_dummy_run"
-    r"|_dummy_sampler_run|profile_num_available_blocks"
-)
-
-
 def _vllm_features(
     put: _Builder, incident: Incident, budget: Budget, primary: Failure | None
 ) -> None:
@@ -302,10 +289,13 @@ def _vllm_features(
     put("vllm.mm_profile", bool(mm), *(m.line for m in mm[:1]))
     in_profile = False
     if primary is not None and primary.oom is not None and family(incident.engine) == "vllm":
-        texts = [primary.line.text, *(f"{fr.path}:{fr.func}" for fr in primary.frames)]
+        # vLLM starts: weights, then the profile run (a dummy forward, sampler, encoder), then
+        # the KV cache, then graph capture; an OOM at startup outside those three is the profile
         kv_lines = [f for f in incident.facts_of("vllm_kv") if f.line.seq < primary.line.seq]
-        in_profile = any(_PROFILE_RUN.search(t) for t in texts) or (
-            primary.phase == "startup" and not kv_lines and bool(mm)
+        in_profile = (
+            primary.phase == "startup"
+            and primary.site not in ("weights", "kv_pool", "graph_capture", "resume")
+            and not kv_lines
         )
     put("vllm.profile_run_oom", in_profile, where if in_profile else None)
     preempted = [f for f in incident.facts_of("retraction") if f.data.get("mode")]
@@ -329,6 +319,22 @@ def _after_retries(incident: Incident) -> Line | None:
         if f is not None and f.line.seq > last and f.kind not in RETRY_KINDS
     ]
     return min(later, key=lambda ln: ln.seq) if later else None
+
+
+def _stage_names(fact: Fact) -> list[str]:
+    """The stage names an Omni dead-stage line gives (`asr (pid=..., exit=1), talker (...)`)."""
+    names = [fact.text("stage"), fact.text("stage2")]
+    listed = fact.text("stages") or ""
+    names.extend(part.split("(")[0].strip() for part in listed.split(","))
+    return [n for n in names if n]
+
+
+def _encoder_stage(name: str) -> bool:
+    """An encoder-like stage (image/audio encoder, ASR, vocoder) by the generated stage table,
+    else by what its name says (knowledge/code.py)."""
+    from oomdoctor.knowledge import code
+
+    return code.stage_role(name) == "encoder" or code.name_heuristic("", name) == "encoder"
 
 
 def _budget_lines(incident: Incident) -> tuple[Line, ...]:

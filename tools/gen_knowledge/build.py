@@ -20,6 +20,8 @@ from tools.gen_knowledge import callgraph, encoders, fetch, messages, stages
 from tools.gen_knowledge.release import Release, load
 
 Json = dict[str, Any]
+#: The phase of the dispatch loops and process entry points (seeds.toml): both phases' work.
+EITHER = "either"
 #: Shortest code line whose hash is kept: shorter lines (``return x``) are everywhere.
 MIN_CODE_LINE = 20
 #: Bytes of a code line's hash: within one file's few hundred lines, 3 bytes do not collide.
@@ -51,6 +53,8 @@ class Tables:
     stages: dict[str, Json] = field(default_factory=dict)
     seeds_matched: dict[str, dict[str, int]] = field(default_factory=dict)
     seed_hits: dict[str, int] = field(default_factory=dict)  # seed -> releases defining it
+    #: Files holding text models' classes only (no tower, no multimodal class) -> mask.
+    text_files: dict[str, int] = field(default_factory=dict)
     #: Classes named *Vision* in a multimodal file that are not encoder classes, and why.
     vision_other: dict[tuple[str, str, str], int] = field(default_factory=dict)
     unparsed: dict[str, int] = field(default_factory=dict)
@@ -89,19 +93,12 @@ def build(seeds: Json, cache: Path, only: Iterable[str] = ()) -> Tables:
     return tables
 
 
-def _via(text: str) -> str:
-    """How a class was found, short: the top-level class whose tower it is, ``=main_input_name``,
-    ``=config_class``, or "" when another encoder class builds it."""
-    if text.startswith("built by"):
-        return ""
-    if text in ("main_input_name", "config"):
-        return "=main_input_name" if text == "main_input_name" else "=config_class"
-    return text.split(" ", 1)[0]
-
-
 def _multimodal(tables: Tables, release: Release, seeds: Json, mask: int) -> None:
     hooks = encoders.hook_names(release, seeds)
     found = encoders.sides(release, seeds, hooks)
+    for module in found.text_modules:
+        path = release.modules[module].path
+        tables.text_files[path] = tables.text_files.get(path, 0) | mask
     by_file: dict[str, dict[str, tuple[str, Any]]] = {}
     for (module, cname), via in found.encoder.items():
         by_file.setdefault(module, {})[cname] = ("e", via)
@@ -129,6 +126,8 @@ def _multimodal(tables: Tables, release: Release, seeds: Json, mask: int) -> Non
             cls = info.classes[cname]
             names = []
             for name, (start, end) in sorted(cls.methods.items(), key=lambda kv: kv[1]):
+                if name == "__init__" and not (role == "t" and name in extra):
+                    continue  # it builds the model (at load): neither side's work
                 if role == "t" and name in extra:
                     names.append(f"{name}@{start - cls.start}+{end - start}")
                     enc_spans.append((start, end))
@@ -138,8 +137,9 @@ def _multimodal(tables: Tables, release: Release, seeds: Json, mask: int) -> Non
                     names.append(name)
             if role == "e":  # a frame in a tower's __init__ is weight loading, not the encoder
                 enc_spans.extend(span for m, span in cls.methods.items() if m != "__init__")
-            via = "" if role == "t" else _via(str(extra))
-            rows.append(((cname, role, ",".join(names), via), cls.start, cls.end))
+            # how a class was found (its top-level class, =main_input_name) stays out: the
+            # lookup does not read it, and it cost 4% of the tables
+            rows.append(((cname, role, ",".join(names), ""), cls.start, cls.end))
         variants = tables.mm.setdefault(info.path, {})
         digest = hashlib.sha1(repr(rows).encode()).hexdigest()
         if digest in variants:
@@ -163,12 +163,15 @@ def _lines(tables: Tables, path: str, source: str, spans: list[tuple[int, int]])
 
 
 def _functions(tables: Tables, release: Release, seeds: Json, mask: int) -> None:
-    graph = callgraph.Graph(release)
+    graph = callgraph.Graph(release, seeds["graph"]["spawners"])
     depth = int(seeds["graph"]["depth"])
     site_seeds = _role_seeds(seeds["site"], "site", release.engine)
     phase_seeds = _role_seeds(seeds["phase"], "phase", release.engine)
-    sites, s_counts = callgraph.assign(graph, site_seeds, depth)
-    phases, p_counts = callgraph.assign(graph, phase_seeds, depth)
+    graph.spawn = True
+    neutral = seeds["graph"].get("dispatchers", [])
+    sites, s_counts = callgraph.assign(graph, site_seeds, depth, neutral=neutral)
+    graph.spawn = False
+    phases, p_counts = callgraph.assign(graph, phase_seeds, depth, flat=[EITHER], neutral=neutral)
     key = f"{release.engine} {release.version}"
     tables.seeds_matched[key] = {**s_counts, **p_counts}
     quals = {qual for info in release.files.values() for qual in info.functions}
@@ -218,7 +221,7 @@ SITE_CODES = {
     "weights": "w", "kv_pool": "k", "resume": "r", "graph_capture": "g", "encoder": "e",
     "logits": "l", "sampling": "s", "comm": "c", "forward": "f", "": "-",
 }  # fmt: skip
-PHASE_CODES = {"startup": "s", "running": "r", "": "-"}
+PHASE_CODES = {"startup": "s", "running": "r", EITHER: "x", "": "-"}
 HOW_CODES = {"raise": "r", "assert": "a", "warn": "w", "log": "l"}
 
 
@@ -235,6 +238,19 @@ def _mm_json(variants: dict[str, list[Any]], tops: dict[str, set[str]]) -> Json:
     if tops:  # the other methods of the top-level classes (language side), in any release
         out["t"] = {cls: ",".join(sorted(names)) for cls, names in sorted(tops.items())}
     return out
+
+
+def _text_json(files: dict[str, int]) -> dict[str, str]:
+    """Text models' files: directory -> ``name:mask,...`` (``name`` without ``.py``;
+    transformers' ``llama/modeling_llama.py`` is ``=``)."""
+    out: dict[str, list[str]] = {}
+    for path, mask in sorted(files.items()):
+        folder, _, name = path.rpartition("/")
+        name = name.removesuffix(".py")
+        if name == f"modeling_{folder.rpartition('/')[2]}":
+            name = "="
+        out.setdefault(folder, []).append(f"{name}:{mask:x}")
+    return {folder: ",".join(items) for folder, items in out.items()}
 
 
 def patterns(seeds: Json) -> dict[str, str]:
@@ -289,7 +305,11 @@ def to_json(tables: Tables, seeds: Json) -> dict[str, Json]:
         msgs.setdefault(path, []).append([qual, HOW_CODES[how.partition(".")[0]], m, *kept])
     releases = dict(sorted(tables.releases.items()))
     return {
-        "multimodal.json": {"releases": releases, "files": mm},
+        "multimodal.json": {
+            "releases": releases,
+            "files": mm,
+            "text": _text_json(tables.text_files),
+        },
         "code_lines.json": {
             "hash_bytes": LINE_HASH_BYTES,
             "min_line": MIN_CODE_LINE,

@@ -3,9 +3,13 @@
 Edges of a function: ``self.m()`` (the method on the class or its nearest base, and the
 overrides in its subclasses), module functions and classes called by name (a class means its
 ``__init__``), ``mod.f()`` through imports, ``self.attr.m()`` where a method of the class assigns
-``self.attr = C(...)``, ``x.m()`` where ``x = C(...)`` in the same body, ``super().m()``, and
+``self.attr = C(...)``, ``x.m()`` where ``x = C(...)`` in the same body, ``self.prop.m()`` through the attributes a
+property returns, ``super().m()``, and
 ``collective_rpc("m")`` / ``_run_workers("m")`` / ``execute_method("m")`` to the methods ``m`` of
-the worker classes (classes in a module whose path names a worker).
+the worker classes (classes in a module whose path names a worker), and, for sites only, a method
+handed to a spawner (``threading.Thread(target=self.m)``) and the calls inside a nested def
+or lambda (phases do not follow them: a factory that builds a stage's closures runs at start-up,
+the closures while serving).
 
 Expansion of one role's seeds does not enter a seed of another role of the same kind; a
 function reached from two roles gets neither (a seed keeps its own).
@@ -23,8 +27,14 @@ Node = tuple[str, str]  # (module, qualname)
 
 
 class Graph:
-    def __init__(self, release: Release) -> None:
+    def __init__(self, release: Release, spawners: Iterable[str] = ()) -> None:
         self.r = release
+        #: Calls that run a method handed to them (``threading.Thread(target=self.loop)``,
+        #: ``executor.submit(self.load)``); followed while ``spawn`` is on (sites: a thread a
+        #: loader starts loads), not for phases (a thread outlives the constructor that starts
+        #: it: its phase is its own)
+        self.spawners = frozenset(spawners)
+        self.spawn = False
         self._workers: dict[str, list[Node]] = {}
         self._subs: dict[Node, list[Node]] = {}
         for info in release.files.values():
@@ -74,14 +84,16 @@ class Graph:
         owner = qual.partition(".")[0] if "." in qual else None
         key = (module, owner) if owner and owner in info.classes else None
         types = self.r.attr_types(key) if key is not None else {}
-        for call in func.calls:
+        for index, call in enumerate(func.calls):
+            if index in func.deferred and not self.spawn:
+                continue  # a closure's calls run when it is called: no phase flows into them
             kind = call[0]
             if kind == "self" and key is not None:
                 yield from self._on(key, call[1], down=True)
             elif kind == "selfattr" and key is not None:
-                for built, _ in types.get(call[1], []):
+                for built, _ in self._typed(key, types, call[1], call[2]):
                     bmod, _, bname = built.partition("|")
-                    for cls in self.r.built_classes(bmod, bname):
+                    for cls in self.r.built_classes(bmod, bname, key):
                         for name in (call[2],) if call[2] else ("forward", "__call__"):
                             yield from self._on(cls, name, down=False)
             elif kind == "name":
@@ -102,6 +114,26 @@ class Graph:
                     yield from self._on(cls, call[2], down=False)
             elif kind == "rpc":
                 yield from self._workers.get(call[1], [])
+            elif kind == "passes" and self.spawn and key is not None and call[1] in self.spawners:
+                yield from self._on(key, call[2], down=True)
+
+    def _typed(
+        self,
+        key: Node,
+        types: dict[str, list[tuple[str, tuple[str, ...]]]],
+        attr: str,
+        method: str,
+    ) -> list[tuple[str, tuple[str, ...]]]:
+        """What ``self.attr`` was built as; for ``self.attr.m()`` on a property (sglang's
+        ``model_worker`` returns ``self.draft_worker`` or ``self.tp_worker``), what the
+        attributes the property reads were built as."""
+        if attr in types or not method:
+            return types.get(attr, [])
+        hit = self.r.method(key, attr)
+        func = self.r.func(*hit) if hit is not None else None
+        if func is None:
+            return []
+        return [b for a in sorted(func.self_attrs) for b in types.get(a, [])]
 
     def _named(self, info: object, name: str) -> Iterator[Node]:
         target = self.r.resolve(info, name)  # type: ignore[arg-type]
@@ -131,14 +163,24 @@ class Graph:
 
 
 def assign(
-    graph: Graph, roles: dict[str, list[str]], depth: int
+    graph: Graph,
+    roles: dict[str, list[str]],
+    depth: int,
+    flat: Iterable[str] = (),
+    neutral: Iterable[str] = (),
 ) -> tuple[dict[Node, str | None], dict[str, int]]:
-    """Each reached function's role (None where two roles reach it); matched seeds per role."""
+    """Each reached function's role (None where two roles reach it); matched seeds per role.
+    A ``flat`` role labels its seeds only: they are not expanded, and no other role's
+    expansion enters them. ``neutral`` functions (dispatchers that run the method they are
+    named) get no role and no expansion enters them: their callers' rpc edges go on."""
     seeds = {role: graph.seeds(patterns) for role, patterns in roles.items()}
     every = set().union(*seeds.values()) if seeds else set()
+    every |= graph.seeds(neutral)
+    level = set(flat)
     reached: dict[Node, set[str]] = {}
     for role, nodes in seeds.items():
-        for node in graph.reach(nodes, every - nodes, depth):
+        found = nodes if role in level else graph.reach(nodes, every - nodes, depth)
+        for node in found:
             reached.setdefault(node, set()).add(role)
     out: dict[Node, str | None] = {}
     for node, names in reached.items():

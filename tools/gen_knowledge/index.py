@@ -34,6 +34,9 @@ class FuncInfo:
     returns: str = ""  # the return annotation, as written
     #: Messages: (how, line, literal fragments in order).
     messages: list[tuple[str, int, tuple[str, ...]]] = field(default_factory=list)
+    #: Indices into ``calls`` of the calls made inside a nested def or a lambda: they run when
+    #: the closure is called (a factory returns it, a loop is handed it), not when this does.
+    deferred: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -135,7 +138,20 @@ class _Body(ast.NodeVisitor):
         self.cls = cls
         self.assigned: dict[str, list[ast.expr]] = {}
         self.locals: dict[str, str] = {}
+        #: local names that hold a class (``TpWorkerClass = TpModelWorkerClient``, a parameter
+        #: ``executor_class: type[Executor]``, ``cls = Executor.get_class(cfg)``)
+        self.kinds: dict[str, list[str]] = {}
         self.withs: list[str] = []
+        self._nested = 0
+
+    def _closure(self, node: ast.AST) -> None:
+        start = len(self.info.calls)
+        self._nested += 1
+        self.generic_visit(node)
+        self._nested -= 1
+        self.info.deferred.update(range(start, len(self.info.calls)))
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _closure
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -145,16 +161,11 @@ class _Body(ast.NodeVisitor):
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
             self._assign(node.target, node.value)
-        ann = dotted(node.annotation) if node.annotation is not None else None
         target = node.target
-        # ``self.runner: GPUModelRunner = ...``
-        if (
-            ann
-            and self.cls is not None
-            and isinstance(target, ast.Attribute)
-            and _is_self_attr(target)
-        ):
-            self.cls.attrs.setdefault(target.attr, []).append((ann, tuple(self.withs)))
+        # ``self.runner: GPUModelRunner = ...``, ``self.worker: Optional[WorkerBase] = None``
+        if self.cls is not None and isinstance(target, ast.Attribute) and _is_self_attr(target):
+            for ann in _annotated(node.annotation):
+                self.cls.attrs.setdefault(target.attr, []).append((ann, tuple(self.withs)))
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
@@ -167,9 +178,18 @@ class _Body(ast.NodeVisitor):
             self.assigned.setdefault(target.id, []).append(value)
             if isinstance(value, ast.Call) and (name := dotted(value.func)):
                 self.locals[target.id] = name
+                if "." in name:  # ``Executor.get_class(cfg)``: a class the factory picks
+                    self.kinds[target.id] = [name]
+            elif names := _class_refs(value):
+                self.kinds[target.id] = names
         elif self.cls is not None and _is_self_attr(target):
             attr = target.attr  # type: ignore[attr-defined]
+            built = []
             for name in _built(value):
+                built.extend(self.kinds.get(name, [name]))
+            if isinstance(value, ast.Name) and value.id in self.locals:
+                built.append(self.locals[value.id])  # ``w = Wrapper(...); self.worker = w``
+            for name in built:
                 self.cls.attrs.setdefault(attr, []).append((name, tuple(self.withs)))
 
     def visit_With(self, node: ast.With) -> None:
@@ -243,11 +263,23 @@ class _Body(ast.NodeVisitor):
         if _is_self_attr(func):
             calls.append(("selfattr", func.attr, ""))  # type: ignore[attr-defined]
         callee = (dotted(func) or "").rpartition(".")[2]
+        passed = []
         for arg in [*node.args, *(kw.value for kw in node.keywords)]:
             values = arg.values if isinstance(arg, ast.Dict) else [arg]
             for value in values:
                 if value is not None and _is_self_attr(value):
                     calls.append(("passes", callee, value.attr))  # type: ignore[attr-defined]
+                    passed.append(value.attr)  # type: ignore[attr-defined]
+        # the names a call hands over (``self.model(input_ids, positions=...)``): which self
+        # attribute the forward feeds its token inputs to
+        names = {kw.arg for kw in node.keywords if kw.arg}
+        names |= {
+            a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)
+        }
+        root = _self_root(func)
+        if names and (root or passed):
+            for attr in dict.fromkeys([*([root] if root else []), *passed]):
+                calls.append(("feeds", attr, ",".join(sorted(names))))
         self.generic_visit(node)
 
 
@@ -257,6 +289,43 @@ def _is_self_attr(node: ast.expr) -> bool:
         and isinstance(node.value, ast.Name)
         and node.value.id == "self"
     )
+
+
+#: Annotation wrappers whose argument is the attribute's class.
+_WRAPPERS = frozenset({"Optional", "typing.Optional", "type", "Type", "typing.Type"})
+
+
+def _annotated(node: ast.expr) -> list[str]:
+    """The classes an annotation names: ``X``, ``Optional[X]``, ``X | None``."""
+    if (name := dotted(node)) is not None:
+        return [] if name == "None" else [name]
+    if isinstance(node, ast.Subscript) and dotted(node.value) in _WRAPPERS:
+        return _annotated(node.slice)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _annotated(node.left) + _annotated(node.right)
+    return []
+
+
+def _class_refs(value: ast.expr) -> list[str]:
+    """Names a class-valued expression may hold: ``A``, ``mod.A``, ``A if c else B``."""
+    if isinstance(value, ast.IfExp):
+        return _class_refs(value.body) + _class_refs(value.orelse)
+    name = dotted(value)
+    return [name] if name is not None and name.rpartition(".")[2][:1].isupper() else []
+
+
+def _self_root(node: ast.expr) -> str:
+    """``a`` of a call on ``self.a``, ``self.a.b`` or ``self.a.b.c``; "" otherwise (a method of
+    self itself, ``self.m()``, has no attribute root)."""
+    chain: list[str] = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id == "self" and len(chain) >= 2:
+        return chain[-1]
+    if isinstance(node, ast.Name) and node.id == "self" and len(chain) == 1:
+        return chain[0]  # self.a(...): the attribute a itself is called (or a method a)
+    return ""
 
 
 def _built(value: ast.expr) -> list[str]:
@@ -325,6 +394,11 @@ def _function(
     if node.returns is not None:
         info.returns = ast.unparse(node.returns)
     visitor = _Body(info, cls)
+    params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+    for arg in params:
+        ann = arg.annotation
+        if isinstance(ann, ast.Subscript) and dotted(ann.value) in ("type", "Type", "typing.Type"):
+            visitor.kinds[arg.arg] = _annotated(ann.slice)  # ``executor_class: type[Executor]``
     for stmt in node.body:
         visitor.visit(stmt)
     return info

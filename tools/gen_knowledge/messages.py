@@ -2,7 +2,9 @@
 
 A message is the literal text of a ``raise``, ``logger.*``, ``warnings.warn`` or ``assert``
 (f-string constant parts and ``%``/``{}`` templates split at their placeholders; a message
-assembled in a local variable first is followed), kept when its words match the seeds' pattern.
+assembled in a local variable first is followed), kept when its words match the seeds' pattern;
+backticks and runs of white space are dropped (``oomdoctor.knowledge.code.message_role`` drops
+them from the log line as well).
 """
 
 from __future__ import annotations
@@ -29,5 +31,7 @@ def messages(
 
 
 def _tidy(fragment: str) -> str:
-    """One line of text (a message joined from several literals keeps their spaces)."""
-    return re.sub(r"\s+", " ", fragment).strip()
+    """One line of text (a message joined from several literals keeps their spaces), without
+    the backticks that quote flag names (```max_num_seqs```): a paste rendered as Markdown (an
+    issue, a chat) loses them, and the lookup drops them from the log line too."""
+    return re.sub(r"\s+", " ", fragment.replace("`", "")).strip()

@@ -101,23 +101,36 @@ class Release:
                 out[attr] = [*out.get(attr, []), *((f"{module}|{n}", w) for n, w in built)]
         return out
 
-    def built_classes(self, module: str, name: str) -> list[tuple[str, str]]:
+    def built_classes(
+        self, module: str, name: str, owner: tuple[str, str] | None = None
+    ) -> list[tuple[str, str]]:
         """Classes a called name means in ``module``: a class, a class's factory classmethod
-        (``C._from_config``), or the classes a factory function of this release constructs."""
+        (``C._from_config``), or the classes a factory function of this release constructs;
+        ``self.m`` (``self.model = self._init_model(...)``) is the method ``m`` of ``owner`` as
+        a factory."""
         info = self.modules.get(module)
         if info is None:
             return []
+        if name.startswith("self.") and owner is not None:
+            hit = self.method(owner, name[5:])
+            func = self.func(*hit) if hit is not None else None
+            if hit is None or func is None:
+                return []
+            return self._constructed(self.modules[hit[0]], func)
         target = self.resolve(info, name)
         if target is None and "." in name:
             target = self.resolve(info, name.rsplit(".", 1)[0])
         if target is None:
             return []
-        owner = self.modules[target[0]]
-        if target[1] in owner.classes:
+        home = self.modules[target[0]]
+        if target[1] in home.classes:
             return [target]
-        func = owner.functions.get(target[1])
+        func = home.functions.get(target[1])
         if func is None:
             return []
+        return self._constructed(home, func)
+
+    def _constructed(self, owner: FileInfo, func: FuncInfo) -> list[tuple[str, str]]:
         out = []
         for call in func.calls:
             if call[0] == "name":
