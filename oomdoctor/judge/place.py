@@ -2,7 +2,7 @@
 and the reasoning that settled it.
 
 The sources, strongest first. Phase: a failure kind that only exists at startup; a frame or
-text with a phase mark (knowledge/sites.toml); the launch's state when it was printed (its
+text whose code the generated tables place (judge/code_sites.py; a user's site marks first); the launch's state when it was printed (its
 Clues: the ready line before it, the startup lines before it). Site: the frames' and texts'
 site marks, the pipeline stage, else the startup step the failure interrupted.
 """

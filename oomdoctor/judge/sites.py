@@ -1,5 +1,6 @@
-"""Where an allocation failed and in which phase, read from a traceback with the marks of
-knowledge/sites.toml.
+"""Where an allocation failed and in which phase, read from a traceback with the user's marks
+(``site-marks.toml`` in a ``--rules`` directory; the built-in knowledge is the generated code
+tables, read by judge/code_sites.py).
 
 The most specific site wins: the table lists them in precedence order (a ViT forward runs inside
 the model forward, and a graph capture runs a forward too, so encoder and capture frames outrank

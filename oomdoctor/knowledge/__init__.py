@@ -1,8 +1,9 @@
-"""Knowledge as data: engine markers and site marks, read from the TOML tables beside this file.
+"""Knowledge as data: engine markers (the TOML table beside this file) and the user's site marks.
 
-`engines.toml` says how to tell the engine (and the stack around it) from any single line;
-`sites.toml` says where in a traceback an allocation failed and in which phase. Users extend both
-from a `--rules DIR` with files named `engine-markers.toml` and `site-marks.toml` (same schema);
+`engines.toml` says how to tell the engine (and the stack around it) from any single line. Where
+in a traceback an allocation failed, and in which phase, comes from the tables generated from the
+engines' sources (`code.py`, `generated/`). Users add to both from a `--rules DIR` with files
+named `engine-markers.toml` and `site-marks.toml`;
 every problem in them is reported as ``file:line: message`` before anything runs.
 """
 

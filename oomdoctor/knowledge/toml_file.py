@@ -4,7 +4,7 @@ tomllib recurses once per level of nested arrays and inline tables, so a file ne
 deep raises RecursionError instead of a TOMLDecodeError; that is reported like any other syntax
 error, at the line where the nesting passes MAX_DEPTH.
 
-tomllib is pure Python: parsing the shipped files (the built-in rules, engines.toml, sites.toml)
+tomllib is pure Python: parsing the shipped files (the built-in rules, engines.toml)
 was a tenth of a short run. ``builtin_tables.json`` beside this file holds their tables, keyed by
 each file's exact text; a file whose text is there is not parsed again, any other text (an edited
 built-in file, a user's rule) is parsed as always. tests/test_toml_cache.py checks the cache is
