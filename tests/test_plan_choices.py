@@ -119,7 +119,7 @@ def test_seventy_b_on_a100_40g_offers_tp_and_fp8_by_hand() -> None:
     levers = {lever["lever"]: lever for lever in plan["levers"]}
     assert "--tp-size 8" in levers["tp"]["command"]  # 131/4 = 32.75 GiB does not fit a 40 GiB card
     assert "16.38 GiB of weights per GPU" in levers["tp"]["text"]  # 131/8
-    fp8 = levers["fp8_weights"]
+    fp8 = levers["tp+fp8_weights"]
     assert "--quantization fp8" in fp8["command"] and "--tp-size 4" in fp8["command"]
     assert "18.01 GiB of weights per GPU" in fp8["text"]  # 131 × 0.55 / 4
 

@@ -33,6 +33,9 @@ CONTEXT_GIB = CONTEXT_OVERHEAD_GIB
 #: stay 16-bit. Without the model's shape the FP8 size is taken as this share of a 16-bit one.
 FP8_SHARE_WITHOUT_SHAPE = 0.55
 
+#: GPUs in one node: a launch over more spans nodes (SGLang's --nnodes).
+GPUS_PER_NODE = 8
+
 #: The problems a launch can have, worst first; the verdict is the first one present.
 PROBLEMS = ("will_not_start", "context_does_not_fit", "thin_headroom")
 #: `plan`'s exit status per verdict (README "Exit codes"): 1 when the launch fails its purpose.
@@ -331,6 +334,9 @@ def command(p: PlanInput, y: float, context: int | None) -> str:
         parts.append(f"--tp-size {p.tp}")
     if p.pp > 1:
         parts.append(f"--pp-size {p.pp}")
+    nodes = -(-p.tp * p.pp // GPUS_PER_NODE)
+    if nodes > 1:  # this is node 0's command; the text says what the others change
+        parts.append(f"--nnodes {nodes} --node-rank 0 --dist-init-addr HEAD_NODE_IP:20000")
     fmt = f"{y:.2f}" if round(y, 2) == round(y, 4) else f"{y:.3f}"
     parts.append(f"--mem-fraction-static {fmt}")
     if p.quantization:

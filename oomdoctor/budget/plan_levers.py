@@ -1,26 +1,42 @@
 """The levers `plan` offers when no --mem-fraction-static makes a launch work.
 
-Each lever is a change of the launch (a smaller chunked prefill, an FP8 KV cache, a shorter
-context, FP8 weights, more tensor parallelism). Each is re-planned with the change, at today's
-fraction or at the smallest fraction change that then works, and offered only when that plan is
-fine: a lever never comes with a command that would fail.
+First on the cards the user has: the smallest set of changes among a shorter context (the
+longest that fits), a smaller chunked prefill, an FP8 KV cache and FP8 weights, every set of one
+change, then of two, and so on; a set is offered only when no smaller set inside it already
+works. Then more cards: the smallest tensor-parallel size that works alone, and FP8 weights on
+fewer cards than that. Each lever is re-planned with its changes, at today's fraction or at the
+one recommended fraction (budget/recommend.py), and offered only when that plan is fine: a lever
+never comes with a command that would fail.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
+from itertools import combinations
 
 from oomdoctor.budget import sglang_defaults
 from oomdoctor.budget.formulas import GIB, kv_at, round_down
-from oomdoctor.budget.plan import Lever, Plan, PlanInput, evaluate, fixed_by_fraction, why
+from oomdoctor.budget.plan import (
+    GPUS_PER_NODE,
+    Lever,
+    Plan,
+    PlanInput,
+    evaluate,
+    fixed_by_fraction,
+    why,
+)
 
-#: Tensor-parallel sizes tried, smallest first (one node's worth).
-TP_SIZES = (2, 4, 8)
+#: Tensor-parallel sizes tried, smallest first; above GPUS_PER_NODE the launch spans nodes.
+TP_SIZES = (2, 4, 8, 16)
 #: Chunked-prefill sizes tried, largest first (SGLang's reserve grows with it in 0.5.10+).
 CHUNK_SIZES = (4096, 2048, 1024)
-#: A shorter context is offered in steps of this many tokens.
+#: A shorter context is offered in steps of this many tokens, and never below one step.
 CONTEXT_STEP = 1024
+#: The changes that keep the user's cards, in the order they are preferred.
+CHANGES = ("context", "chunked_prefill", "fp8_kv", "fp8_weights")
+#: At most this many sets of changes on the same cards are offered.
+MAX_SAME_CARDS = 3
 
 
 def solve(p: PlanInput) -> Plan | None:
@@ -42,85 +58,159 @@ def _with_tp(p: PlanInput, tp: int) -> PlanInput:
     return replace(p, tp=tp, bytes_per_token=bpt)
 
 
-def _tp(p: PlanInput, now: Plan) -> Iterator[Lever]:
-    for tp in (t for t in TP_SIZES if t > p.tp):
-        plan = solve(_with_tp(p, tp))
-        if plan is not None:
-            yield Lever("tp", f"Tensor parallelism {tp} (--tp-size {tp}): {_gives(plan)}.", plan)
-            return
-
-
-def _fp8_weights(p: PlanInput, now: Plan) -> Iterator[Lever]:
-    if p.quantization is not None or not _sixteen_bit(p):
-        return
-    alone = next(_tp(p, now), None)  # the smallest TP that works without FP8
-    tp_alone = alone.plan.inputs.tp if alone is not None else None
-    for tp in (p.tp, *(t for t in TP_SIZES if t > p.tp)):
-        if tp_alone is not None and tp >= tp_alone:
-            return  # more GPUs alone do it: FP8 on top buys nothing
-        plan = solve(replace(_with_tp(p, tp), quantization="fp8"))
-        if plan is not None:
-            with_tp = f" with --tp-size {tp}" if tp != p.tp else ""
-            bits = "the checkpoint is 16-bit" if p.model else "if the checkpoint is 16-bit"
-            yield Lever(
-                "fp8_weights",
-                f"FP8 weights (--quantization fp8{with_tp}; {bits}): {_gives(plan)}.",
-                plan,
-            )
-            return
-
-
-def _fp8_kv(p: PlanInput, now: Plan) -> Iterator[Lever]:
-    if p.kv_cache_dtype not in ("auto", "bf16", "bfloat16") or not _sixteen_bit(p):
-        return
-    if now.budget.bytes_per_token is None:
-        return
-    bpt = None if p.bytes_per_token is None else max(1, p.bytes_per_token // 2)
-    plan = solve(replace(p, kv_cache_dtype="fp8_e4m3", bytes_per_token=bpt))
-    if plan is not None:
-        yield Lever(
-            "fp8_kv",
-            f"An FP8 KV cache (--kv-cache-dtype fp8_e4m3, half the bytes per token): "
-            f"{_gives(plan)}.",
-            plan,
-        )
-
-
-def _context(p: PlanInput, now: Plan) -> Iterator[Lever]:
-    b = now.budget
-    if b.context_len is None or not b.bytes_per_token or b.window.high is None:
-        return
-    assert b.pre_gib is not None and b.post_gib is not None
-    y = round_down(b.window.high)
-    kv = kv_at(y, b.pre_gib, b.post_gib)
-    tokens = int(kv * GIB // b.bytes_per_token) if kv > 0 else 0
-    longest = tokens // CONTEXT_STEP * CONTEXT_STEP
-    if longest < CONTEXT_STEP or longest >= b.context_len:
-        return
-    plan = solve(replace(p, context_length=longest))
-    if plan is not None:
-        yield Lever(
-            "context",
-            f"A shorter context (--context-length {longest}, today {b.context_len}), the longest "
-            f"that fits: {_gives(plan)}.",
-            plan,
-        )
-
-
-def _chunked(p: PlanInput, now: Plan) -> Iterator[Lever]:
+def _today_chunk(p: PlanInput, now: Plan) -> int:
     era = sglang_defaults.era_of(p.sglang_version, p.sglang_version)
     card_mib = (now.budget.capacity_gib or 0.0) * 1024
-    today = p.chunked_prefill_size or sglang_defaults.chunked_default(card_mib, era)
-    for size in (s for s in CHUNK_SIZES if s < today):
-        plan = solve(replace(p, chunked_prefill_size=size))
+    return p.chunked_prefill_size or sglang_defaults.chunked_default(card_mib, era)
+
+
+def _fp8_kv(p: PlanInput, now: Plan) -> PlanInput | None:
+    if p.kv_cache_dtype not in ("auto", "bf16", "bfloat16") or not _sixteen_bit(p):
+        return None
+    if now.budget.bytes_per_token is None:
+        return None
+    bpt = None if p.bytes_per_token is None else max(1, p.bytes_per_token // 2)
+    return replace(p, kv_cache_dtype="fp8_e4m3", bytes_per_token=bpt)
+
+
+def _fp8_weights(p: PlanInput, now: Plan) -> PlanInput | None:
+    if p.quantization is not None or not _sixteen_bit(p):
+        return None
+    return replace(p, quantization="fp8")
+
+
+def _longest_context(q: PlanInput) -> Plan | None:
+    """q with the longest context (in CONTEXT_STEP tokens) that fits below today's, or None."""
+    b = evaluate(q).budget
+    if b.context_len is None or not b.bytes_per_token or b.window.high is None:
+        return None
+    assert b.pre_gib is not None and b.post_gib is not None
+    top = round_down(b.window.high)  # the highest fraction that plan would keep or pass
+    y = b.mem_fraction_static
+    if y is not None and round(y, 3) <= round(b.window.high, 3):
+        top = max(top, y)
+    kv = kv_at(top, b.pre_gib, b.post_gib) - b.kv_reserve_gib
+    tokens = int(kv * GIB // b.bytes_per_token) if kv > 0 else 0
+    longest = min(tokens, b.context_len - 1) // CONTEXT_STEP * CONTEXT_STEP
+    for length in (longest, longest - CONTEXT_STEP):  # one step back when rounding bites
+        if length < CONTEXT_STEP:
+            return None
+        plan = solve(replace(q, context_length=length))
         if plan is not None:
-            yield Lever(
-                "chunked_prefill",
-                f"A smaller prefill chunk (--chunked-prefill-size {size}, today {today}): SGLang "
-                f"reserves less for activations, so {_gives(plan)}.",
-                plan,
+            return plan
+    return None
+
+
+def _try(p: PlanInput, now: Plan, names: tuple[str, ...]) -> Plan | None:
+    """The plan with every change in ``names``, or None when one does not apply or it fails."""
+    q: PlanInput | None = p
+    for name, change in (("fp8_kv", _fp8_kv), ("fp8_weights", _fp8_weights)):
+        if name in names and q is not None:
+            q = change(q, now)
+    if q is None:
+        return None
+    chunks: tuple[int | None, ...] = (None,)
+    if "chunked_prefill" in names:
+        chunks = tuple(s for s in CHUNK_SIZES if s < _today_chunk(p, now))
+    for chunk in chunks:  # the largest chunk that works: prefill stays fast
+        r = q if chunk is None else replace(q, chunked_prefill_size=chunk)
+        plan = _longest_context(r) if "context" in names else solve(r)
+        if plan is not None:
+            return plan
+    return None
+
+
+def _changes_text(p: PlanInput, now: Plan, plan: Plan) -> str:
+    q, bits = plan.inputs, []
+    if q.context_length != p.context_length and q.context_length is not None:
+        today = now.budget.context_len
+        bits.append(
+            f"the longest context that fits (--context-length {q.context_length}, today {today})"
+        )
+    if q.chunked_prefill_size != p.chunked_prefill_size:
+        bits.append(
+            f"a smaller prefill chunk (--chunked-prefill-size {q.chunked_prefill_size}, today "
+            f"{_today_chunk(p, now)}: SGLang reserves less for activations)"
+        )
+    if q.kv_cache_dtype != p.kv_cache_dtype:
+        bits.append("an FP8 KV cache (--kv-cache-dtype fp8_e4m3, half the bytes per token)")
+    if q.quantization != p.quantization:
+        sure = "the checkpoint is 16-bit" if p.model else "if the checkpoint is 16-bit"
+        bits.append(f"FP8 weights (--quantization fp8; {sure})")
+    return " and ".join(bits)
+
+
+def same_cards(p: PlanInput, now: Plan) -> list[Lever]:
+    """The smallest sets of changes that fit on today's cards (none bigger than the first)."""
+    found: list[tuple[tuple[str, ...], Plan]] = []
+    for size in range(1, len(CHANGES) + 1):
+        for names in combinations(CHANGES, size):
+            if any(set(done) <= set(names) for done, _ in found):
+                continue
+            plan = _try(p, now, names)
+            if plan is not None:
+                found.append((names, plan))
+        if found:
+            break  # a bigger set is never the smallest change
+    return [
+        Lever("+".join(names), f"{_sentence(_changes_text(p, now, plan))}: {_gives(plan)}.", plan)
+        for names, plan in found[:MAX_SAME_CARDS]
+    ]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _nodes(tp: int, pp: int) -> str:
+    if tp * pp <= GPUS_PER_NODE:
+        return ""
+    n = -(-tp * pp // GPUS_PER_NODE)
+    return (
+        f"; {tp * pp} GPUs are {n} nodes of {GPUS_PER_NODE}: run the command on each with "
+        f"--nnodes {n}, its own --node-rank (0 to {n - 1}) and the first node's --dist-init-addr"
+    )
+
+
+def _heads_split(p: PlanInput, tp: int) -> bool:
+    return p.model is None or p.model.heads % tp == 0
+
+
+def more_cards(p: PlanInput, now: Plan) -> list[Lever]:
+    """The smallest TP that works with no other change, and FP8 weights on fewer cards."""
+    out: list[Lever] = []
+    tp_alone = None
+    for tp in (t for t in TP_SIZES if t > p.tp and _heads_split(p, t)):
+        plan = solve(_with_tp(p, tp))
+        if plan is not None:
+            tp_alone = tp
+            out.append(
+                Lever(
+                    "tp",
+                    f"Tensor parallelism {tp} (--tp-size {tp}): {_gives(plan)}{_nodes(tp, p.pp)}.",
+                    plan,
+                )
             )
-            return
+            break
+    if _fp8_weights(p, now) is None:
+        return out
+    for tp in (t for t in TP_SIZES if t > p.tp and _heads_split(p, t)):
+        if tp_alone is not None and tp >= tp_alone:
+            break  # more GPUs alone do it: FP8 on top buys nothing
+        plan = solve(replace(_with_tp(p, tp), quantization="fp8"))
+        if plan is not None:
+            bits = "the checkpoint is 16-bit" if p.model else "if the checkpoint is 16-bit"
+            out.insert(
+                0,
+                Lever(
+                    "tp+fp8_weights",
+                    f"FP8 weights with tensor parallelism {tp} (--quantization fp8 --tp-size {tp};"
+                    f" {bits}): {_gives(plan)}{_nodes(tp, p.pp)}.",
+                    plan,
+                ),
+            )
+            break
+    return out
 
 
 def _gives(plan: Plan) -> str:
@@ -132,14 +222,8 @@ def _gives(plan: Plan) -> str:
     )
 
 
-#: The levers in the order they are offered: what costs least first.
-LEVERS: tuple[Callable[[PlanInput, Plan], Iterator[Lever]], ...] = (
-    _chunked,
-    _fp8_kv,
-    _context,
-    _fp8_weights,
-    _tp,
-)
+#: The searches in the order they are offered: today's cards first, then more of them.
+SEARCHES: tuple[Callable[[PlanInput, Plan], list[Lever]], ...] = (same_cards, more_cards)
 
 
 def make(p: PlanInput) -> Plan:
@@ -155,4 +239,4 @@ def make(p: PlanInput) -> Plan:
 
 
 def find(now: Plan) -> tuple[Lever, ...]:
-    return tuple(lever for finder in LEVERS for lever in finder(now.inputs, now))
+    return tuple(lever for search in SEARCHES for lever in search(now.inputs, now))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import MappingProxyType
 
 import click
 
@@ -20,18 +21,38 @@ from oomdoctor.cli.common import (
 )
 from oomdoctor.cli.numbers import MAX_BATCH, MAX_BYTES_PER_TOKEN, MAX_TOKENS, Count, Finite
 
+#: Bytes per unit. GB/MB/TB are decimal (10⁹, as Hugging Face and data sheets give sizes);
+#: GiB/MiB/TiB binary (2³⁰, as nvidia-smi and PyTorch). A bare G/M/T, or no unit, is binary.
+#: SGLang's log lines say "GB" but divide by 2³⁰: a figure copied from one is GiB.
+_UNIT_BYTES = MappingProxyType(
+    {
+        "gib": 2.0**30,
+        "g": 2.0**30,
+        "mib": 2.0**20,
+        "m": 2.0**20,
+        "tib": 2.0**40,
+        "t": 2.0**40,
+        "gb": 1e9,
+        "mb": 1e6,
+        "tb": 1e12,
+    }
+)
+
 
 def _size_gib(value: str | None, option: str) -> float | None:
-    """``80GiB``, ``80G``, ``80GB`` (GiB, as SGLang means it), ``81559MiB``, or a bare GiB number."""
+    """``80GiB``, ``141GB`` (10⁹ bytes), ``81559MiB``, or a bare GiB number, in GiB."""
     if value is None:
         return None
     import re
 
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(GiB|GB|G|MiB|MB|M|TiB|TB|T)?\s*", value, re.IGNORECASE)
     if not m:
-        fail(f"{option}: cannot read {value!r} as a size", "e.g. 80GiB, 81559MiB or 78", EXIT_USAGE)
-    unit = (m.group(2) or "G")[0].upper()
-    gib = float(m.group(1)) * {"G": 1.0, "M": 1 / 1024, "T": 1024.0}[unit]
+        fail(
+            f"{option}: cannot read {value!r} as a size",
+            "e.g. 80GiB, 141GB (10⁹ bytes), 81559MiB or 78 (GiB)",
+            EXIT_USAGE,
+        )
+    gib = float(m.group(1)) * _UNIT_BYTES[(m.group(2) or "G").lower()] / 2**30
     if not 0 < gib <= MAX_SIZE_GIB:
         fail(
             f"{option}: {value!r} is not a size a GPU holds",
@@ -65,12 +86,17 @@ def _version(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help="The card by name: H100, H100-80G, A100-40G, H200, L4, or nvidia-smi's product name "
     "('NVIDIA H100 80GB HBM3').",
 )
-@click.option("--gpu-mem", metavar="SIZE", help="The card's memory.total, e.g. 80GiB or 81559MiB.")
+@click.option(
+    "--gpu-mem",
+    metavar="SIZE",
+    help="The card's memory.total, e.g. 81559MiB (nvidia-smi's) or 80GiB.",
+)
 @click.option(
     "--pre-load-memory",
     metavar="SIZE",
     help="Free memory per GPU before the weights load, if known (a log's `Load weight begin. "
-    "avail mem=`). Default: the card's memory less the CUDA context.",
+    "avail mem=78.00 GB`, which is GiB: give 78GiB). Default: the card's memory less the CUDA "
+    "context.",
 )
 @click.option(
     "--model",
@@ -81,8 +107,8 @@ def _version(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option(
     "--weights",
     metavar="SIZE",
-    help="Total weights of the checkpoint, all GPUs together (instead of --model); each GPU "
-    "holds SIZE ÷ (TP×PP).",
+    help="Total weights of the checkpoint, all GPUs together (instead of --model), e.g. 16.1GB "
+    "as Hugging Face shows it (10⁹ bytes) or 14.96GiB; each GPU holds SIZE ÷ (TP×PP).",
 )
 @click.option(
     "--kv-bytes-per-token",
@@ -183,6 +209,10 @@ def plan(
     """What-if budget before a launch: the KV pool in GiB and tokens, the workable
     --mem-fraction-static window, the smallest change that works (or the levers that do, when no
     fraction does), and a launch command that was checked to work.
+
+    Sizes: GB, MB and TB are decimal (10⁹ bytes, as Hugging Face and data sheets use them);
+    GiB, MiB and TiB binary (2³⁰ bytes, as nvidia-smi and PyTorch); a bare number is GiB.
+    SGLang's log lines print GiB as "GB": give a figure copied from one as GiB.
 
     Exit status: 0 fine (or thin headroom, a warning); 1 the server will not start, or one
     request of the full context does not fit; 2 bad options.
