@@ -163,6 +163,26 @@ SITE_CASES = [
         (),
         "sampling",
     ),
+    (
+        "vLLM's shared attention layer under a text model is the decoder's",
+        _frames(
+            "/vllm/model_executor/models/qwen3.py:forward@156|attn_output = self.attn(q, k, v)",
+            "/vllm/attention/layer.py:forward@323|self.impl.forward(self,",
+        ),
+        (),
+        (),
+        "forward",
+    ),
+    (
+        "the same layer under a vision tower is the encoder's",
+        _frames(
+            "/vllm/model_executor/models/qwen2_5_vl.py:forward@360|x = x + self.attn(",
+            "/vllm/attention/layer.py:forward@323|self.impl.forward(self,",
+        ),
+        (),
+        (),
+        "encoder",
+    ),
     ("an Omni encoder stage", (), (), ("image_encoder",), "encoder"),
     ("the thinker stage is no encoder", (), (), ("thinker",), "unknown"),
     ("nothing known", _frames("/app/main.py:main"), (), (), "unknown"),

@@ -13,12 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.judge import sites
 from oomdoctor.judge.records import Decision, frame_name
 from oomdoctor.knowledge import SITES, Knowledge
 from oomdoctor.model import Frame, Line
+
+if TYPE_CHECKING:
+    from oomdoctor.knowledge.code import CodeRole
 
 #: Strength of what a table or a user's mark says about a frame.
 TABLE = 0.85
@@ -34,12 +37,38 @@ class Found(NamedTuple):
 
 
 def _role(frame: Frame) -> tuple[str | None, str | None, str]:
-    from oomdoctor.knowledge import code
-
-    role = code.frame_role(frame.path, frame.func, frame.lineno or None, frame.code)
+    role = _code_role(frame)
     if role is None:
         return None, None, ""
     return role.site, role.phase, role.why
+
+
+def _code_role(frame: Frame) -> CodeRole | None:
+    from oomdoctor.knowledge import code
+
+    return code.frame_role(frame.path, frame.func, frame.lineno or None, frame.code)
+
+
+def _frame_sites(frames: Sequence[Frame]) -> list[Found]:
+    """The site of each frame the tables place, outermost first. Below a frame of a file that
+    holds text models only, a shared layer (vLLM's attention/layer.py holds the ViTs'
+    MultiHeadAttention beside the decoder's Attention) runs for the language model: an encoder
+    reading of it, which the tables make from line spans of other releases, does not stand."""
+    found: list[Found] = []
+    text_caller: Frame | None = None
+    for frame in frames:
+        role = _code_role(frame)
+        if role is None or role.site is None:
+            continue
+        why = f"{frame_name(frame)}: {role.why}"
+        site = role.site
+        if role.side == "text":
+            text_caller = frame
+        elif site == "encoder" and text_caller is not None:
+            site = "forward"
+            why = f"{frame_name(frame)} is called by {frame_name(text_caller)}, a text model's code"
+        found.append(Found(site, why, frame, frame.line))
+    return found
 
 
 def site(
@@ -47,11 +76,7 @@ def site(
 ) -> Decision | None:
     """The most specific site the frames (tables, then the user's marks) or the texts (the
     engines' own messages) name, with the frame or line that names it."""
-    found: list[Found] = []
-    for frame in frames:
-        name, _, why = _role(frame)
-        if name is not None:
-            found.append(Found(name, f"{frame_name(frame)}: {why}", frame, frame.line))
+    found = _frame_sites(frames)
     marked, at = sites.classify(frames, knowledge, [t for t, _ in texts])
     if marked != "unknown":
         where = frame_name(at) if at is not None else "a line"

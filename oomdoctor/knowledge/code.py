@@ -55,6 +55,9 @@ class CodeRole(NamedTuple):
     module: str  # e.g. "vllm/model_executor/models/qwen2_5_vl.py"
     qualname: str  # e.g. "Qwen2_5_VisionAttention.forward"
     why: str  # one line a report can show, naming the releases it was derived from
+    #: "e" an encoder's code, "l" a multimodal model's language side, "text" a file of text
+    #: models only (whatever such a frame calls runs for the language model); None: no model's
+    side: str | None = None
 
 
 class _Override(NamedTuple):
@@ -84,8 +87,10 @@ def frame_role(path: str, func: str, lineno: int | None = None, code: str = "") 
         return None
     engine = engine_of(module)
     mm = _multimodal(module, engine, func, lineno, code)
+    side = mm.role if mm is not None else None
     if mm is None:
         mm = _text_model(module, engine, func)
+        side = "text" if mm is not None else None
     fn = _function(module, engine, func, mm.qualname if mm else "")
     if fn is None and mm is None:
         return None
@@ -97,7 +102,7 @@ def frame_role(path: str, func: str, lineno: int | None = None, code: str = "") 
     why = "; ".join(w for w in (mm.why if mm else "", fn.why if fn and fn.site else "") if w)
     if not why and fn is not None:
         why = fn.why
-    return CodeRole(site, phase, engine, module, qualname, why)
+    return CodeRole(site, phase, engine, module, qualname, why, side)
 
 
 def _multimodal(module: str, engine: str, func: str, lineno: int | None, code: str) -> _Mm | None:
