@@ -24,8 +24,9 @@ from oomdoctor.incident.live import StreamParser
 from oomdoctor.model import Line
 
 READ_SIZE = 1 << 16
-#: After the child exits, its children may still hold the pipes: drain them this long at most.
-DRAIN_AFTER_EXIT_S = 5.0
+#: After the child exits, the processes it started may still hold the pipes (and still print):
+#: their output is passed through until every pipe closes, but this long at most.
+DRAIN_AFTER_EXIT_S = 60.0
 #: After SIGTERM is forwarded, give the group this long before SIGKILL.
 TERM_TIMEOUT_S = 10.0
 #: When watch itself fails, the server gets this long after SIGTERM (then SIGKILL).
@@ -73,6 +74,8 @@ class WatchResult:
     capture: Capture
     reported_early: bool = False  # the diagnosis was printed while a hung child still ran
     output_closed: list[str] = field(default_factory=list)
+    #: processes of the child's group that still held its output when DRAIN_AFTER_EXIT_S ran out
+    held_open: tuple[int, ...] | None = None
 
 
 def shell_status(returncode: int) -> int:
@@ -111,13 +114,17 @@ class _Writer:
 
 
 class _Signals:
-    """Forward SIGINT/SIGTERM/SIGHUP to the child's process group; a second Ctrl-C kills it."""
+    """Forward SIGINT/SIGTERM/SIGHUP to the child's process group; a second Ctrl-C kills it, and
+    so does a timer ``term_timeout_s`` after SIGTERM. The timer is a thread of its own: the main
+    loop may be stuck writing to a reader that stopped reading, and the group must still go."""
 
-    def __init__(self, pgid: int) -> None:
+    def __init__(self, pgid: int, term_timeout_s: float = TERM_TIMEOUT_S) -> None:
         self.pgid = pgid
+        self.term_timeout_s = term_timeout_s
         self.interrupts = 0
         self.terminated_at: float | None = None
         self._old: dict[int, Any] = {}
+        self._timer: threading.Timer | None = None
 
     def __enter__(self) -> _Signals:
         if threading.current_thread() is threading.main_thread():
@@ -128,6 +135,8 @@ class _Signals:
     def __exit__(self, *exc: object) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        if self._timer is not None:
+            self._timer.cancel()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT:
@@ -135,8 +144,11 @@ class _Signals:
             self.kill(signal.SIGKILL if self.interrupts > 1 else signal.SIGINT)
         else:
             self.kill(signum)
-            if signum == signal.SIGTERM:
+            if signum == signal.SIGTERM and self.terminated_at is None:
                 self.terminated_at = time.monotonic()
+                self._timer = threading.Timer(self.term_timeout_s, self.kill, (signal.SIGKILL,))
+                self._timer.daemon = True
+                self._timer.start()
 
     def kill(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -153,8 +165,14 @@ def run(
     grace_s: float = 30.0,
     on_hang: Callable[[subprocess.Popen[bytes]], None] | None = None,
     on_error: OnCopyError | None = None,
+    drain_s: float = DRAIN_AFTER_EXIT_S,
+    term_timeout_s: float = TERM_TIMEOUT_S,
 ) -> WatchResult:
     """Run ``command`` to the end (or until killed) and return its status and the capture.
+
+    After the child exits, output goes on being passed through until every copy of its pipes
+    is closed (a process it started may print later), for ``drain_s`` seconds at most;
+    ``held_open`` then names the processes of its group that still held them.
 
     ``on_hang(child)`` is called once, ``grace_s`` after the crash line, if the child still runs;
     afterwards its output is still passed through until it exits (or a signal ends it). A copy
@@ -172,7 +190,16 @@ def run(
     assert child.stdout is not None and child.stderr is not None
     try:
         return _supervise(
-            child, selector, parser, capture, log, out_fd, err_fd, grace_s, on_hang, on_error
+            child,
+            selector,
+            parser,
+            capture,
+            log,
+            (out_fd, err_fd),
+            grace_s,
+            on_hang,
+            on_error,
+            (drain_s, term_timeout_s),
         )
     finally:
         if child.poll() is None:  # an error on the way out: take the server down with us
@@ -200,13 +227,16 @@ def _supervise(
     parser: StreamParser,
     capture: Capture,
     log: BinaryIO | None,
-    out_fd: int,
-    err_fd: int,
+    fds: tuple[int, int],
     grace_s: float,
     on_hang: Callable[[subprocess.Popen[bytes]], None] | None,
     on_error: OnCopyError | None,
+    limits: tuple[float, float],
 ) -> WatchResult:
     assert child.stdout is not None and child.stderr is not None
+    out_fd, err_fd = fds
+    drain_s, term_timeout_s = limits
+    held_open: tuple[int, ...] | None = None
     writers = {
         child.stdout.fileno(): (_Writer(out_fd, "stdout", on_error), 1),
         child.stderr.fileno(): (_Writer(err_fd, "stderr", on_error), 2),
@@ -217,7 +247,7 @@ def _supervise(
     for fd in writers:
         os.set_blocking(fd, False)
         selector.register(fd, selectors.EVENT_READ)
-    with _Signals(child.pid) as signals:
+    with _Signals(child.pid, term_timeout_s) as signals:
         while selector.get_map():
             for key, _ in selector.select(timeout=0.2):
                 fd = int(key.fd)
@@ -236,9 +266,10 @@ def _supervise(
             now = time.monotonic()
             if exited_at is None and child.poll() is not None:
                 exited_at = now
-            if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT_S:
-                break  # the child is gone; its own children keep the pipes open
-            if signals.terminated_at is not None and now - signals.terminated_at > TERM_TIMEOUT_S:
+            if exited_at is not None and now - exited_at > drain_s:
+                held_open = group_members(child.pid)  # they keep the pipes open; we go
+                break
+            if signals.terminated_at is not None and now - signals.terminated_at > term_timeout_s:
                 signals.kill(signal.SIGKILL)
             if (
                 not reported
@@ -256,4 +287,19 @@ def _supervise(
     parser.close()
     capture.wait()
     closed = [w.name for w, _ in writers.values() if w.closed]
-    return WatchResult(shell_status(returncode), capture, reported, closed)
+    return WatchResult(shell_status(returncode), capture, reported, closed, held_open)
+
+
+def group_members(pgid: int) -> tuple[int, ...]:
+    """The processes still in process group ``pgid`` (from /proc; empty where there is none)."""
+    from pathlib import Path
+
+    members = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text("utf-8", "replace").rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid):
+            members.append(int(entry.parent.name))
+    return tuple(sorted(members))

@@ -156,14 +156,25 @@ def watch(
             on_hang=report_now,
             on_error=copy_failed,
         )
-    except FileNotFoundError:
-        fail(f"cannot run {args[0]!r}: no such command", code=127)
-    except PermissionError:
-        fail(f"cannot run {args[0]!r}: permission denied", code=126)
+    except ValueError as exc:  # a NUL byte in the command: nothing could run it
+        fail(f"cannot run {args[0]!r}: {exc}", code=EXIT_USAGE)
+    except OSError as exc:
+        from oomdoctor.cli.exec_failure import explain
+
+        status, why = explain(args[0], exc)
+        fail(why, code=status)
     finally:
         if log is not None:
             with contextlib.suppress(OSError):
                 log.close()
+    if result.held_open is not None:
+        from oomdoctor.cli.supervise import DRAIN_AFTER_EXIT_S
+
+        pids = ", ".join(map(str, result.held_open[:5])) or "unknown"
+        say(
+            f"notice: the server exited, but process(es) it started (pid {pids}) still held its "
+            f"output {DRAIN_AFTER_EXIT_S:g} s later; their output after this is not passed through"
+        )
     if not reported and (capture.crash_line is not None or result.status != 0 or always):
         report_now()
     sys.exit(result.status)
