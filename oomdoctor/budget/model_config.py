@@ -58,6 +58,10 @@ class ModelShape(NamedTuple):
     weights_from: str  # "safetensors index" or "parameter count"
     quantization: str | None
     max_context: int | None
+    architectures: tuple[str, ...] = ()
+    #: the vision encoder as SGLang reads vision_config (num_hidden_layers, default 24;
+    #: hidden_size, default 1024); None when the config has no vision_config
+    vision: tuple[int, int] | None = None
 
     def bytes_per_token(self, tp: int = 1, kv_dtype: str = "auto", swa_ratio: float = 0.8) -> int:
         """KV cell size per token on one rank, as SGLang sizes its pool."""
@@ -210,7 +214,24 @@ def shape(
         weights_from=source,
         quantization=quant_method,
         max_context=_get(cfg, "max_position_embeddings", default=None),
+        architectures=_architectures(raw),
+        vision=_vision(raw),
     )
+
+
+def _architectures(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    archs = raw.get("architectures")
+    return tuple(str(a) for a in archs) if isinstance(archs, list) else ()
+
+
+def _vision(raw: Mapping[str, Any]) -> tuple[int, int] | None:
+    """vision_config's layers and width with SGLang's defaults (ServerArgs.adjust_mem_fraction_
+    for_vlm, 0.5.6, reads ``num_hidden_layers`` and ``hidden_size``: Qwen2.5-VL's ``depth`` is
+    not read, so it counts as 24 layers)."""
+    vision = raw.get("vision_config")
+    if not isinstance(vision, dict):
+        return None
+    return _opt(vision, "num_hidden_layers", 24), _opt(vision, "hidden_size", 1024)
 
 
 def _param_count(

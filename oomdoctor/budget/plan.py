@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import NamedTuple
 
-from oomdoctor.budget import cards, sglang_defaults
-from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB, kv_at
+from oomdoctor.budget import cards, multimodal, sglang_defaults
+from oomdoctor.budget.formulas import CONTEXT_OVERHEAD_GIB, GIB, kv_at, round_up
 from oomdoctor.budget.model_config import ModelShape
 from oomdoctor.budget.recommend import (
     fmt_y,
@@ -60,6 +60,7 @@ class PlanInput:
     context_length: int | None = None
     chunked_prefill_size: int | None = None
     cuda_graph_max_bs: int | None = None
+    cuda_graph_flag: str = "--cuda-graph-max-bs"  # the spelling the user gave
     max_running_requests: int | None = None
     mem_fraction_static: float | None = None
     sglang_version: str = "0.5.23"
@@ -200,6 +201,12 @@ def evaluate(p: PlanInput) -> Plan:
         raise ValueError("give the model (--model DIR|config.json) or --weights SIZE")
     weights, weights_how = per_gpu
     notes.append(f"weights {weights:.2f} GiB per GPU, from {weights_how}")
+    if p.cuda_graph_max_bs and p.cuda_graph_flag != graph_flag(p.sglang_version):
+        notes.append(
+            f"{p.cuda_graph_flag} {p.cuda_graph_max_bs} is written "
+            f"{graph_flag(p.sglang_version)} {p.cuda_graph_max_bs} in the launch: that is its "
+            f"name in SGLang {p.sglang_version} (0.5.23 renamed it)"
+        )
     bpt = p.bytes_per_token
     if bpt is None and p.model is not None:
         bpt = p.model.bytes_per_token(p.tp, p.kv_cache_dtype)
@@ -212,7 +219,17 @@ def evaluate(p: PlanInput) -> Plan:
     if y is None:  # sglang_defaults.default_fraction, from the reserve already at hand
         y = round(sglang_defaults.ceiling(card_mib, reserve), 3)
         y_source = f"SGLang {era} default for a {card_mib:.0f} MiB card"
+    adj = multimodal.adjustment(p.model, era)
+    factor = 1.0
+    if adj is not None and (p.mem_fraction_static is None or adj.given_too):
+        factor = adj.factor
+        y = round(y * factor, 4)
+        y_source += f", × {factor:.4f} for a multimodal model ({adj.basis})"
     post = pre - weights
+    if p.model is not None and multimodal.is_multimodal(p.model):
+        notes.append(
+            multimodal.encoder_note(p.model, adj, p.mem_fraction_static is not None, (1 - y) * pre)
+        )
     kv = kv_at(y, pre, post)
     tokens = int(kv * GIB // bpt) if bpt and kv > 0 else None
     y_zero = 1 - post / pre
@@ -244,11 +261,14 @@ def evaluate(p: PlanInput) -> Plan:
             f"{card_mib / 1024:.2f} GiB card ({card_is})",
         ),
         reserve_gib=reserve.gib,
+        fraction_factor=factor,
+        fraction_factor_why=adj.basis if adj is not None and factor != 1.0 else None,
     )
     concurrency = tokens / context if tokens and context else None
     problems = _problems(budget, tokens, context)
     draft = Plan(p, budget, problems, concurrency, None, None, notes=tuple(notes))
-    return replace(draft, command=command(p, y, context) if draft.works else None)
+    passed = p.mem_fraction_static if p.mem_fraction_static is not None else y
+    return replace(draft, command=command(p, passed, context) if draft.works else None)
 
 
 def _problems(b: SglangBudget, tokens: int | None, context: int | None) -> tuple[Problem, ...]:
@@ -319,12 +339,20 @@ def fixed_by_fraction(now: Plan) -> Plan | None:
     if first is None:
         return None
     more = raise_candidates(low) if first > y else lower_candidates(high)
+    factor = b.fraction_factor if b.fraction_factor > 0 else 1.0
     for value in dict.fromkeys([first, *more]):
         if low < value <= high:
-            plan = evaluate(replace(now.inputs, mem_fraction_static=value))
+            # 0.3.6/0.4.6 lower even a passed value for a VLM: pass what gives `value`
+            passed = value if factor == 1.0 else round_up(value / factor, 0.001)
+            plan = evaluate(replace(now.inputs, mem_fraction_static=passed))
             if plan.fine:
                 return plan
     return None
+
+
+def graph_flag(version: str) -> str:
+    """The decode CUDA-graph batch flag of a release (0.5.23 renamed it)."""
+    return "--cuda-graph-max-bs-decode" if key(version) >= key("0.5.23") else "--cuda-graph-max-bs"
 
 
 def command(p: PlanInput, y: float, context: int | None) -> str:
@@ -350,7 +378,5 @@ def command(p: PlanInput, y: float, context: int | None) -> str:
     if p.max_running_requests:
         parts.append(f"--max-running-requests {p.max_running_requests}")
     if p.cuda_graph_max_bs:
-        new = key(p.sglang_version) >= key("0.5.23")
-        flag = "--cuda-graph-max-bs-decode" if new else "--cuda-graph-max-bs"
-        parts.append(f"{flag} {p.cuda_graph_max_bs}")
+        parts.append(f"{graph_flag(p.sglang_version)} {p.cuda_graph_max_bs}")
     return " ".join(parts)

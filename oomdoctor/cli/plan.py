@@ -159,7 +159,13 @@ def _version(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option(
     "--cuda-graph-max-bs",
     type=Count(1, MAX_BATCH),
-    help="Largest CUDA-graph batch (default: SGLang's for the card).",
+    help="Largest decode CUDA-graph batch (default: SGLang's for the card); SGLang 0.5.23 calls "
+    "it --cuda-graph-max-bs-decode, and the launch says so when it renames it.",
+)
+@click.option(
+    "--cuda-graph-max-bs-decode",
+    type=Count(1, MAX_BATCH),
+    help="The same, by SGLang 0.5.23's name.",
 )
 @click.option(
     "--max-running-requests",
@@ -197,6 +203,7 @@ def plan(
     context_length: int | None,
     chunked_prefill_size: int | None,
     cuda_graph_max_bs: int | None,
+    cuda_graph_max_bs_decode: int | None,
     max_running_requests: int | None,
     mem_fraction_static: float | None,
     sglang_version: str,
@@ -250,6 +257,13 @@ def plan(
             shape = model_config.load(Path(model_path))
         except model_config.ConfigError as exc:
             fail(f"--model: {exc}", "give a local model directory or its config.json", EXIT_USAGE)
+    if cuda_graph_max_bs is not None and cuda_graph_max_bs_decode is not None:
+        fail(
+            "--cuda-graph-max-bs and --cuda-graph-max-bs-decode are the same setting",
+            "give one of them",
+            EXIT_USAGE,
+        )
+    graph_flag = "--cuda-graph-max-bs-decode" if cuda_graph_max_bs_decode else "--cuda-graph-max-bs"
     inputs = PlanInput(
         card_mib=card_mib,
         card_name=card_label,
@@ -264,7 +278,8 @@ def plan(
         quantization=quantization.lower() if quantization else None,
         context_length=context_length,
         chunked_prefill_size=chunked_prefill_size,
-        cuda_graph_max_bs=cuda_graph_max_bs,
+        cuda_graph_max_bs=cuda_graph_max_bs or cuda_graph_max_bs_decode,
+        cuda_graph_flag=graph_flag,
         max_running_requests=max_running_requests,
         mem_fraction_static=mem_fraction_static,
         sglang_version=sglang_version,
