@@ -64,8 +64,9 @@ def matchers(rules: Iterable[Rule], knowledge: Knowledge | None = None) -> list[
 
 
 def extractor_for(rules: Iterable[Rule], knowledge: Knowledge | None = None) -> Extractor:
-    """The extractor of one run: every signature, knowledge marker and rule pattern, each rule
-    pattern with its time budget for the run (rules/schema.py PATTERN_BUDGET)."""
+    """The extractor of one run: every signature, knowledge marker and rule pattern, the rule
+    patterns under one time budget for the run (rules/schema.py PATTERN_BUDGET), which the
+    assembler's user actor regexes share (``extractor.clock``)."""
     return Extractor(matchers(rules, knowledge), pattern_budget=schema.PATTERN_BUDGET)
 
 
@@ -79,7 +80,7 @@ def read(
     """Read every input (one incident) and assemble what they say. InputError if unreadable."""
     extractor = extractor_for(rules, knowledge)
     labels = tuple(source_label(n) for n in names)
-    assembler = Assembler(labels, knowledge)
+    assembler = Assembler(labels, knowledge, extractor.clock)
     notices: list[str] = []
     anchors = extractor.scanner.anchors
     physical: dict[tuple[int, int], int] = {}  # where a wrapper was taken off (renumber.py)
@@ -174,9 +175,10 @@ def stream_parser(
     output (`watch`) nor a file's head that was decoded already."""
     from oomdoctor.incident.live import StreamParser
 
+    extractor = extractor_for(rules, knowledge)
     return StreamParser(
-        extractor_for(rules, knowledge),
-        Assembler((source_label(label),), knowledge),
+        extractor,
+        Assembler((source_label(label),), knowledge, extractor.clock),
         on_crash,
         label == "<stdin>" if decode is None else decode,
     )

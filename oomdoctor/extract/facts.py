@@ -121,16 +121,18 @@ class Extractor:
     every start.)"""
 
     def __init__(self, matchers: Sequence[Matcher], pattern_budget: float | None = None) -> None:
+        from oomdoctor.rules.clock import PatternClock
+
         self.matchers = matchers
-        #: Seconds each rule pattern may spend matching in this run (None: no limit). The per-line
-        #: timeout stops one catastrophic line; this stops a pattern that is merely slow on every
-        #: one.
+        #: Seconds all rule patterns together may spend matching in this run (None: no limit),
+        #: shared with the user's actor regexes (rules/clock.py). The per-line timeout stops one
+        #: catastrophic line; this stops patterns that are merely slow on every one.
         self.pattern_budget = pattern_budget
+        self.clock = PatternClock(pattern_budget) if pattern_budget is not None else None
         self._streams: dict[tuple[int, int | None], _Stream] = {}
         self._frame_at: dict[int, int] = {}  # source -> the line number of its last frame
         self._order: dict[int, int] = {}
         self.disabled: dict[str, str] = {}  # kind → why
-        self._spent: dict[str, float] = {}  # kind → seconds
         self._refused: list[tuple[int, int, str]] = []
         self.refused_count = 0
         self._by_anchor: dict[str, list[Matcher]] = {}
@@ -149,6 +151,14 @@ class Extractor:
             out.append(
                 f"rule pattern {kind[len(RULE_PATTERN) :]} was disabled for this run{at}: {why}"
             )
+        if self.clock is not None:
+            names = {
+                m.kind: f"rule pattern {m.kind[len(RULE_PATTERN) :]}"
+                + (f" ({where[m.kind]})" if where.get(m.kind) else "")
+                for m in self.matchers
+                if m.kind.startswith(RULE_PATTERN)
+            }
+            out.extend(self.clock.notices(names))
         if self.refused_count:
             shown = "; ".join(
                 f"{labels[s] if s < len(labels) else s}:{n} {what}" for s, n, what in self._refused
@@ -160,16 +170,6 @@ class Extractor:
                 + (f"; and {more} more" if more > 0 else "")
             )
         return out
-
-    def _charge(self, kind: str, seconds: float, number: int) -> None:
-        """Add a rule pattern's time; past its budget it is disabled for the rest of the run."""
-        spent = self._spent[kind] = self._spent.get(kind, 0.0) + seconds
-        if self.pattern_budget is not None and spent > self.pattern_budget:
-            self.disabled.setdefault(
-                kind,
-                f"it used up its {self.pattern_budget:g} s time budget for this run "
-                f"(by line {number})",
-            )
 
     def facts(
         self,
@@ -237,16 +237,19 @@ class Extractor:
             kind = matcher.kind
             if kind in self.disabled:
                 continue
-            timed = self.pattern_budget is not None and kind.startswith(RULE_PATTERN)
-            start = time.perf_counter() if timed else 0.0
+            clock = self.clock if kind.startswith(RULE_PATTERN) else None
+            if clock is not None and clock.exhausted:
+                continue
+            start = time.perf_counter() if clock is not None else 0.0
             try:
-                found = matcher.match(text)
+                within = getattr(matcher, "match_within", None) if clock is not None else None
+                found = within(text, clock.timeout()) if within and clock else matcher.match(text)
             except TimeoutError:
                 self.disabled[kind] = f"its regex timed out on line {number}"
                 continue
             finally:
-                if timed:
-                    self._charge(kind, time.perf_counter() - start, number)
+                if clock is not None:
+                    clock.charge(time.perf_counter() - start, f"line {number}", kind)
             if found is not None and REFUSED in found:
                 self._refuse(source, number, str(found[REFUSED]))
                 found = {k: v for k, v in found.items() if k != REFUSED}

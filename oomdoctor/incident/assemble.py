@@ -23,6 +23,7 @@ from oomdoctor.knowledge import Knowledge, builtin
 from oomdoctor.knowledge.kinds import CONSEQUENCE_KINDS, FAILURE_KINDS, MEMORY_KINDS, OOM_KINDS
 from oomdoctor.model import Fact, Frame, Incident, Line
 from oomdoctor.read.stats import StatsBlock
+from oomdoctor.rules.clock import PatternClock
 
 Handler = Callable[[Stream, Fact], None]
 #: Lines whose refused settings the notice names.
@@ -32,7 +33,12 @@ MAX_REFUSED_ARGS = 3
 class Assembler:
     """Consumes ``(line, facts)`` pairs in log order; ``incident()`` freezes the result."""
 
-    def __init__(self, sources: Iterable[str], knowledge: Knowledge | None = None) -> None:
+    def __init__(
+        self,
+        sources: Iterable[str],
+        knowledge: Knowledge | None = None,
+        clock: PatternClock | None = None,
+    ) -> None:
         self.sources = tuple(sources)
         self.knowledge = knowledge or builtin()
         self.lines_read = 0
@@ -43,7 +49,7 @@ class Assembler:
         self._streams: dict[tuple[int, int | None], Stream] = {}
         self._versions = VersionTracker()
         self._stats_versions_seen: set[str] = set()
-        self._detector = Detector(self.knowledge)
+        self._detector = Detector(self.knowledge, clock)  # clock: the run's, for user regexes
         self._failures = FailureRecorder(self.knowledge, self._detector)
         self._handlers = self._make_handlers()
         self._refused_args: list[str] = []  # `key=text` of settings outside the physical range

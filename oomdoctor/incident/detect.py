@@ -9,11 +9,13 @@ seen on more lines), then the most specific variant of that family that has evid
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from oomdoctor.knowledge import FAMILY, EngineMarker, Knowledge
 from oomdoctor.model import Frame, Line
+from oomdoctor.rules.clock import PatternClock
 
 #: Evidence lines kept per engine (the first ones).
 MAX_EVIDENCE = 3
@@ -37,10 +39,32 @@ class _Tally:
         self.notes: list[str] = []
 
 
+def _user_actor_regexes(knowledge: Knowledge, actors: Sequence[EngineMarker]) -> dict[int, Any]:
+    """id(marker) → its regex compiled by the regex module, for actor markers not shipped."""
+    from oomdoctor.knowledge import builtin
+
+    shipped = builtin()
+    if knowledge is shipped:
+        return {}
+    known = set(shipped.markers)
+    user = [m for m in actors if m not in known]
+    if not user:
+        return {}
+    import regex
+
+    out: dict[int, Any] = {}
+    for m in user:
+        try:
+            out[id(m)] = regex.compile(m.match)
+        except (regex.error, RecursionError, OverflowError):
+            continue  # compiled by re when it was loaded; left to it (no timeout) is no option
+    return out
+
+
 class Detector:
     """Collects votes line by line; ``result()`` decides."""
 
-    def __init__(self, knowledge: Knowledge) -> None:
+    def __init__(self, knowledge: Knowledge, clock: PatternClock | None = None) -> None:
         markers = knowledge.markers
         self._text = [m for m in markers if m.where == "text"]
         self._envelope: dict[str, list[EngineMarker]] = {}
@@ -48,6 +72,11 @@ class Detector:
             if m.where == "envelope":
                 self._envelope.setdefault(m.match, []).append(m)
         self._actor = [m for m in markers if m.where == "actor"]
+        #: The user's actor regexes (engine-markers.toml), recompiled for the regex module's
+        #: timeout and charged to the run's clock: a regex that backtracks exponentially on a
+        #: long process name must not stop the run.
+        self._user_actor = _user_actor_regexes(knowledge, self._actor)
+        self._clock = clock if clock is not None or not self._user_actor else PatternClock()
         self._frame = [m for m in markers if m.where == "frame"]
         self._tally: dict[str, _Tally] = {}
         self._actor_cache: dict[str, tuple[EngineMarker, ...]] = {}
@@ -84,9 +113,30 @@ class Detector:
     def _actor_markers(self, actor: str) -> tuple[EngineMarker, ...]:
         found = self._actor_cache.get(actor)
         if found is None:
-            found = tuple(m for m in self._actor if m.regex is not None and m.regex.search(actor))
+            found = tuple(m for m in self._actor if self._actor_matches(m, actor))
             self._actor_cache[actor] = found
         return found
+
+    def _actor_matches(self, marker: EngineMarker, actor: str) -> bool:
+        timed = self._user_actor.get(id(marker))
+        if timed is None:
+            return marker.regex is not None and marker.regex.search(actor) is not None
+        clock = self._clock
+        assert clock is not None
+        if clock.exhausted:
+            return False
+        start = time.perf_counter()
+        try:
+            return timed.search(actor, timeout=clock.timeout()) is not None
+        except TimeoutError:
+            clock.timed_out.setdefault(repr(marker.match)[:80], f"the name {actor[:80]!r}")
+            return False
+        finally:
+            clock.charge(
+                time.perf_counter() - start,
+                f"the process name {actor[:80]!r}",
+                f"engine-marker actor regex {marker.match[:80]!r}",
+            )
 
     def frames(self, frames: Sequence[Frame]) -> None:
         """A traceback: its outermost engine frame votes; every stack part it passes is noted."""

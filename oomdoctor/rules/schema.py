@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from oomdoctor.model import Line, Scalar
+from oomdoctor.rules.clock import PATTERN_TIMEOUT, USER_BUDGET
 
 if sys.version_info >= (3, 11):
     pass
@@ -67,13 +68,9 @@ TOP_KEYS = frozenset(
 DOC_KEYS = frozenset({"what", "why", "remedy", "false_positives", "references", "question"})
 DOUBT_KEYS = frozenset({"all", "any", "none", "confidence", "alternative", "question"})
 ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-#: Seconds one user pattern may spend on one line before it is disabled for the run.
-PATTERN_TIMEOUT = 0.05
-#: Seconds one user pattern may spend in all of one run (every line together) before it is
-#: disabled with a notice: a pattern just under the per-line timeout on 10,000 lines would
-#: otherwise cost minutes. Two seconds is far above what a sane pattern needs on a 1 GB log
-#: (it runs only on the lines that hold its anchor).
-PATTERN_BUDGET = 2.0
+#: Seconds all user patterns may spend in one run (every pattern on every line, the user's
+#: actor regexes included) before they are all turned off with a notice (rules/clock.py).
+PATTERN_BUDGET = USER_BUDGET
 
 
 class Condition(NamedTuple):
@@ -100,7 +97,11 @@ class RulePattern(NamedTuple):
         return (self.anchor,)
 
     def match(self, text: str) -> Mapping[str, Scalar] | None:
-        m = self.regex.search(text, timeout=PATTERN_TIMEOUT)
+        return self.match_within(text, PATTERN_TIMEOUT)
+
+    def match_within(self, text: str, timeout: float) -> Mapping[str, Scalar] | None:
+        """``match`` with at most ``timeout`` seconds (TimeoutError past it)."""
+        m = self.regex.search(text, timeout=timeout)
         if m is None:
             return None
         return {k: v for k, v in m.groupdict().items() if v is not None}
