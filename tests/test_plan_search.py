@@ -139,3 +139,30 @@ def test_gb_is_decimal_and_gib_binary(size: str, gib: float | None) -> None:
 def test_help_says_what_gb_means() -> None:
     text = " ".join(CliRunner().invoke(cli, ["plan", "--help"]).stdout.split())
     assert "GB, MB and TB are decimal (10⁹ bytes" in text and "GiB, MiB and TiB binary" in text
+
+
+def test_pipeline_stages_hold_the_kv_of_their_own_layers() -> None:
+    """Llama-3.1-70B: 8 KV heads × (128 + 128) × 80 layers × 2 B = 327,680 B per token at TP1;
+    with --pp 2 each stage holds 40 layers: 163,840 B."""
+    base = ("--gpu", "H200", "--model", str(CONFIGS / "meta-llama--Llama-3.1-70B-Instruct"))
+    _, one = run(*base, "--context-length", "8192")
+    _, two = run(*base, "--context-length", "8192", "--pp", "2")
+    assert one["budget"]["bytes_per_token"] == 327680
+    assert two["budget"]["bytes_per_token"] == 163840
+
+
+def test_the_diff_shows_the_fraction_as_passed() -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "plan",
+            "--pre-load-memory",
+            "78GiB",
+            "--weights",
+            "60GiB",
+            "--mem-fraction-static",
+            "0.7",
+        ],
+    )
+    assert "- --mem-fraction-static 0.70\n" in result.stdout
+    assert "+ --mem-fraction-static 0.79\n" in result.stdout

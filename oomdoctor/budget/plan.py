@@ -210,6 +210,9 @@ def evaluate(p: PlanInput) -> Plan:
     bpt = p.bytes_per_token
     if bpt is None and p.model is not None:
         bpt = p.model.bytes_per_token(p.tp, p.kv_cache_dtype)
+        if p.pp > 1:  # each pipeline stage holds the KV of its own layers, the first the most
+            layers = max(p.model.layers, 1)
+            bpt = -(-bpt * -(-layers // p.pp) // layers)
     context = p.context_length or (p.model.max_context if p.model is not None else None)
 
     args = _args(p)

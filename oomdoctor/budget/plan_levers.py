@@ -29,6 +29,8 @@ from oomdoctor.budget.plan import (
 
 #: Tensor-parallel sizes tried, smallest first; above GPUS_PER_NODE the launch spans nodes.
 TP_SIZES = (2, 4, 8, 16)
+#: Pipeline-parallel sizes tried when no TP size works alone.
+PP_SIZES = (2, 4)
 #: Chunked-prefill sizes tried, largest first (SGLang's reserve grows with it in 0.5.10+).
 CHUNK_SIZES = (4096, 2048, 1024)
 #: A shorter context is offered in steps of this many tokens, and never below one step.
@@ -192,6 +194,8 @@ def more_cards(p: PlanInput, now: Plan) -> list[Lever]:
                 )
             )
             break
+    if tp_alone is None:  # no TP size splits the model and fits: pipeline stages instead
+        out.extend(_pp(p))
     if _fp8_weights(p, now) is None:
         return out
     for tp in (t for t in TP_SIZES if t > p.tp and _heads_split(p, t)):
@@ -211,6 +215,24 @@ def more_cards(p: PlanInput, now: Plan) -> list[Lever]:
             )
             break
     return out
+
+
+def _pp(p: PlanInput) -> list[Lever]:
+    """The smallest pipeline-parallel size that works at the largest TP one node allows."""
+    tps = [t for t in (p.tp, *TP_SIZES) if t >= p.tp and t <= GPUS_PER_NODE and _heads_split(p, t)]
+    tp = max(tps, default=p.tp)
+    for pp in (s for s in PP_SIZES if s > p.pp):
+        plan = solve(replace(_with_tp(p, tp), pp=pp))
+        if plan is not None:
+            return [
+                Lever(
+                    "pp",
+                    f"Pipeline parallelism {pp} with tensor parallelism {tp} (--pp-size {pp} "
+                    f"--tp-size {tp}): {_gives(plan)}{_nodes(tp, pp)}.",
+                    plan,
+                )
+            ]
+    return []
 
 
 def _gives(plan: Plan) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from oomdoctor import __version__
 from oomdoctor.budget import card
 from oomdoctor.budget.plan import EXIT_STATUS, Plan
-from oomdoctor.budget.recommend import window_text
+from oomdoctor.budget.recommend import fmt_y, window_text
 from oomdoctor.report import picture
 from oomdoctor.report.budget_json import budget_dict
 from oomdoctor.report.build import SCHEMA_VERSION
@@ -83,7 +83,7 @@ def _diff(plan: dict[str, Any], b: dict[str, Any]) -> list[str]:
     rec = plan["recommended_mem_fraction_static"]
     if rec is None:
         return []
-    return [f"- {FLAG} {b['mem_fraction_static']:.3f}", f"+ {FLAG} {rec:g}"]
+    return [f"- {FLAG} {fmt_y(b['mem_fraction_static'])}", f"+ {FLAG} {fmt_y(rec)}"]
 
 
 def _rows(plan: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]:
