@@ -99,18 +99,27 @@ def no_fit_reason(b: SglangBudget) -> str | None:
         )
     zero = b.y_zero if b.y_zero is not None else 1 - post / pre
     need = (low - zero) * pre
+    what = _term(b.window.low_basis, need)
     if low >= 1:
         return (
-            f"the weights per GPU ({weights:.2f} GiB) plus {b.window.low_basis} need "
+            f"the weights per GPU ({weights:.2f} GiB) plus {what} need "
             f"{weights + need:.2f} GiB, more than the {pre:.2f} GiB free before loading"
         )
     if high is not None and low > high:
         return (
-            f"the weights plus {b.window.low_basis} need y ≥ {low:.3f} "
+            f"the weights plus {what} need y ≥ {low:.3f} "
             f"({low * pre:.2f} GiB of the {pre:.2f} GiB free before loading), but "
             f"{b.window.high_basis} needs y ≤ {high:.3f}"
         )
     return None
+
+
+def _term(basis: str | None, need: float) -> str:
+    """A bound's basis as a term of a sum: "a KV pool for … (131072 tokens × … = 16.00 GiB)"."""
+    if not basis:
+        return f"a KV pool of {need:.2f} GiB"
+    name, _, detail = basis.partition(": ")
+    return f"{name} ({detail})" if detail else basis
 
 
 def recommend(b: SglangBudget, suggested: float | None = None) -> Recommendation:
