@@ -114,3 +114,25 @@ def test_the_card_is_named_for_what_it_is() -> None:
     basis = json.loads(out)["budget"]["y_max_basis"]
     assert "of the 51.95 GiB card" not in basis
     assert "51.95 GiB card (estimated as pre 50.60 + 1.35 GiB of CUDA context" in basis
+
+
+def test_no_fraction_names_the_term_that_does_not_fit() -> None:
+    """pre 21.14, post 6.18 (weights 14.96), one 128K request of 16.00 GiB:
+    y_min = 1 − 6.18/21.14 + 16/21.14 = 0.7077 + 0.7569 = 1.4645 ≥ 1, even with no upper bound."""
+    b = SglangBudget(
+        pre_gib=21.14,
+        post_gib=6.18,
+        mem_fraction_static=0.684,
+        y_zero=1 - 6.18 / 21.14,
+        window=Window(
+            1 - 6.18 / 21.14 + 16 / 21.14,
+            "a KV pool for one request of the context length: 131072 tokens × 131072 B = 16.00 GiB",
+        ),
+    )
+    r = recommend(b)
+    assert (r.value, r.move) == (None, "none_works")
+    assert r.why == (
+        "No --mem-fraction-static works: the weights per GPU (14.96 GiB) plus a KV pool for one "
+        "request of the context length (131072 tokens × 131072 B = 16.00 GiB) need 30.96 GiB, "
+        "more than the 21.14 GiB free before loading."
+    )

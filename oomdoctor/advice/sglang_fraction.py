@@ -75,6 +75,11 @@ def raise_fraction(ctx: Context) -> list[Action]:
     # One value for one budget: the same function picks it for `plan` (budget/recommend.py).
     # Today's value is left out: a log whose y is already above y_min gets raise_again below.
     chosen = recommend(b._replace(mem_fraction_static=None), _suggested_minimum(ctx))
+    if chosen.value is None and b.window.high is None:  # y_min ≥ 1 with no upper bound
+        return [
+            Action(text=f"{chosen.why} Change what moves the bounds:"),
+            *levers_for_empty_window(ctx),
+        ]
     if chosen.value is None:
         return _raise_into_empty_window(ctx, y_min)
     rec = chosen.value
