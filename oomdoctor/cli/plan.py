@@ -83,8 +83,9 @@ def _version(ctx: click.Context, param: click.Parameter, value: str) -> str:
     "--gpu",
     "gpu_name",
     metavar="NAME",
-    help="The card by name: H100, H100-80G, A100-40G, H200, L4, or nvidia-smi's product name "
-    "('NVIDIA H100 80GB HBM3').",
+    help="The card by name: H100, H100-NVL, A100-40G, H200, B200, L4, L40S, A6000, RTX 3090, "
+    "V100-32G, MI300X... or nvidia-smi's product name ('NVIDIA H100 80GB HBM3'); a wrong name "
+    "lists them all.",
 )
 @click.option(
     "--gpu-mem",
