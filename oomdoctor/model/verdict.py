@@ -39,3 +39,5 @@ class Verdict(NamedTuple):
     explanation: Mapping[str, str] = EMPTY  # what/why/remedy from the rule
     #: when the log cannot decide: the runner-up (at most one) and the question that settles it
     alternatives: tuple[Alternative, ...] = ()
+    #: the rule file, when the deciding rule came from --rules (None: a shipped rule)
+    rule_source: str | None = None

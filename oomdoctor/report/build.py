@@ -232,6 +232,7 @@ def build_report(diag: Diagnosis) -> dict[str, Any]:
             "confidence": v.confidence,
             "summary": v.summary,
             "rule": v.rule,
+            **({"rule_source": v.rule_source} if v.rule_source else {}),  # a --rules rule's file
             **{k: v.explanation.get(k) for k in ("what", "why", "remedy")},
             "alternatives": [
                 {"category": a.category, "confidence": a.confidence, "question": a.question}

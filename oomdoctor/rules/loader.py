@@ -26,6 +26,7 @@ from oomdoctor.rules.schema import (
     Rule,
     RuleError,
     RulePattern,
+    builtin_dir,
 )
 
 
@@ -38,7 +39,11 @@ def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
     rules: list[Rule] = []
     kinds = set(fact_kinds)
     seen: dict[str, Path] = {}
+    shipped = os.path.realpath(builtin_dir())
     for directory in dirs:
+        # A user's rules: `rules test` opens only fixtures inside their directory, and their
+        # verdicts say where they came from.
+        user = os.path.realpath(directory) != shipped
         if not directory.is_dir():
             problems.append(f"{directory}: not a directory of rule files")
             continue
@@ -46,7 +51,7 @@ def load(dirs: Iterable[Path], fact_kinds: Iterable[str]) -> tuple[Rule, ...]:
         if not files and not any((directory / name).is_file() for name in RESERVED_FILES):
             problems.append(f"{directory}: no *.toml rule files")
         for path in files:
-            rule = _load_file(path, kinds, problems)
+            rule = _load_file(path, kinds, problems, user)
             if rule is None:
                 continue
             if rule.id in seen:
@@ -89,7 +94,7 @@ def _line_of(text: str, key: str, table: str | None = None) -> int:
     return start + 1 if table is not None else 1
 
 
-def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
+def _load_file(path: Path, kinds: set[str], problems: list[str], user: bool = True) -> Rule | None:
     read = toml_file.read(path)
     if isinstance(read, str):
         problems.append(read)
@@ -207,6 +212,7 @@ def _load_file(path: Path, kinds: set[str], problems: list[str]) -> Rule | None:
         path=path,
         doubts=doubts,
         question=question.strip(),
+        user=user,
     )
 
 

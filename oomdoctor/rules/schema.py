@@ -157,6 +157,8 @@ class Rule(NamedTuple):
     doubts: tuple[Doubt, ...] = ()
     #: what would tell this rule's case from a rival's (shown when the verdict is uncertain)
     question: str = ""
+    #: from a --rules directory, not shipped: its verdicts say so in every report format
+    user: bool = False
 
 
 class RuleError(Exception):

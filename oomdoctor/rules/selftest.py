@@ -6,6 +6,7 @@ below the pipeline it tests.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,10 +29,30 @@ class RuleCheck(NamedTuple):
     detail: str
 
 
+def outside(rule: Rule, path: Path) -> bool:
+    """Whether a fixture of a user's rule lies outside the rule file's directory (symlinks
+    followed). Such a fixture is never opened: a rule that fires or not on it would tell its
+    author one bit of any file (``../../etc/passwd``, ``/proc/self/environ``)."""
+    root = os.path.realpath(rule.path.parent)
+    return os.path.commonpath([root, os.path.realpath(path)]) != root
+
+
 def check(rule: Rule, fixture: FixtureRef, expect: str, features_of: FeaturesOf) -> RuleCheck:
-    missing = [p for p in (fixture.log, *fixture.snapshots) if not p.is_file()]
+    paths = (fixture.log, *fixture.snapshots)
+    away = [p for p in paths if outside(rule, p)] if rule.user else []
+    if away:
+        return RuleCheck(
+            rule.id,
+            expect,
+            fixture,
+            False,
+            f"fixture {away[0]} lies outside the rule's directory; refused (a --rules rule's "
+            "fixtures must be files inside its directory)",
+        )
+    missing = [p for p in paths if not p.is_file()]
     if missing:
-        return RuleCheck(rule.id, expect, fixture, False, f"no such fixture file {missing[0]}")
+        what = "not a regular file" if missing[0].exists() else "no such fixture file"
+        return RuleCheck(rule.id, expect, fixture, False, f"{what} {missing[0]}")
     try:
         gpu = load(list(fixture.snapshots)) if fixture.snapshots else None
     except SnapshotError as exc:

@@ -49,13 +49,17 @@ def decide(
         rival = _rival(findings)
         if rival is not None and rival.question:
             alternatives = (Alternative(rival.category, _runner_up(value), rival.question),)
+    summary = _summary(rule, incident, budget, primary)
+    if rule.user:  # said in the summary, so that every format (text, Markdown, JSON) shows it
+        summary += f" [user rule {rule.id}, from --rules {rule.path}]"
     return Verdict(
         category=rule.category,
         confidence=value,
-        summary=_summary(rule, incident, budget, primary),
+        summary=summary,
         rule=rule.id,
         explanation={"what": rule.what, "why": rule.why, "remedy": rule.remedy},
         alternatives=alternatives,
+        rule_source=str(rule.path) if rule.user else None,
     )
 
 
