@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
 import sys
 from typing import Any, BinaryIO, cast
 
@@ -23,8 +23,8 @@ from oomdoctor.cli.common import (
     refuse_overwrite,
     say,
 )
-from oomdoctor.cli.gpu_state import after_capture, capture_fields, gpu_state, live_snapshotter
-from oomdoctor.cli.streams import silence
+from oomdoctor.cli.gpu_state import gpu_state
+from oomdoctor.cli.live_read import GRACE_S, stop_notice
 
 
 @click.command()
@@ -72,12 +72,23 @@ from oomdoctor.cli.streams import silence
 @click.option(
     "--follow",
     is_flag=True,
-    help="Read standard input as it flows; take the GPU snapshot at the crash, report at the end.",
+    help="Parse standard input (or follow LOG as `tail -F` does: rotation, truncation) as it "
+    "flows; take the GPU snapshot at the crash line.",
 )
 @click.option(
     "--tee",
     is_flag=True,
     help="With --follow: copy the input to stdout unchanged (report to stderr).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(0),
+    default=GRACE_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Standard input and --follow: report this long after the crash line, once the input "
+    "pauses, without waiting for its end (SGLang hangs after a crash). Ctrl-C or SIGTERM "
+    "also reports on what was read; a second one quits at once (exit 130).",
 )
 @click.option(
     "--engine",
@@ -100,12 +111,15 @@ def diagnose(
     svg: str | None,
     follow: bool,
     tee: bool,
+    grace: float,
     engine: str,
 ) -> None:
     """Diagnose one incident from LOG files (several = one incident, e.g. one per rank).
 
     With no LOG (or "-") the log is read from standard input:
-    `python -m sglang.launch_server ... 2>&1 | oomdoctor diagnose -`. Without --snapshot or
+    `python -m sglang.launch_server ... 2>&1 | oomdoctor diagnose -`. The report comes at the
+    end of the input, --grace seconds after a crash line, or at Ctrl-C (SIGINT) or SIGTERM,
+    whichever is first, with the usual exit status (1: an OOM was diagnosed). Without --snapshot or
     --no-gpu, the GPUs of this machine are read through NVML when it is available. An input
     with nothing but whitespace in it is an error (exit 3); files that look like different
     incidents (another model, release, engine or launch) get a warning.
@@ -114,8 +128,8 @@ def diagnose(
         fail("--snapshot and --no-gpu exclude each other", code=EXIT_USAGE)
     if tee and not follow:
         fail("--tee goes with --follow", code=EXIT_USAGE)
-    if follow and logs not in ((), ("-",)):
-        fail("--follow reads standard input: give no LOG, or -", code=EXIT_USAGE)
+    if follow and len(logs) > 1:
+        fail("--follow reads one input: standard input (-) or one LOG", code=EXIT_USAGE)
     names = list(logs) or ["-"]
     if "-" in names and sys.stdin is None:
         fail(
@@ -140,12 +154,13 @@ def diagnose(
     from oomdoctor import pipeline
     from oomdoctor.cli import inputs
     from oomdoctor.model import OOM_CATEGORIES
-    from oomdoctor.read.sources import EMPTY_NOTICE, InputError, label
+    from oomdoctor.read.sources import InputError
 
     if follow:
-        _follow(
-            rules,
-            knowledge,
+        from oomdoctor.cli.follow import Report
+        from oomdoctor.cli.follow import follow as follow_input
+
+        how = Report(
             fmt,
             output,
             no_redact,
@@ -157,7 +172,9 @@ def diagnose(
             tee,
             engine,
             color,
+            grace,
         )
+        follow_input(rules, knowledge, how, None if names == ["-"] else names[0])
     from oomdoctor.read import progress
 
     surveys = inputs.survey(names, rules, knowledge, heads=len(names) > 1)
@@ -173,26 +190,68 @@ def diagnose(
             f"{first} and {second} look like different incidents ({what}); "
             "they were diagnosed together"
         )
-    stdin = inputs.WatchedInput(sys.stdin.buffer) if "-" in names else None
-    gpu = gpu_state(snapshots, no_gpu)
+    from oomdoctor.cli.live_read import Interrupts
+
+    live = _live_stdin(names)
+    interrupts = Interrupts()
+    # NVML is read when the input ends: for a live server that is after its crash, not before
+    early = bool(snapshots) or no_gpu or live is None
+    gpu = gpu_state(snapshots, no_gpu) if early else None
     # rich draws the bar in colour, and read/progress.py takes no colour setting: none at all
     bar = progress.for_inputs(names) if color != "never" else None
-    try:
-        diagnosis = pipeline.run(
-            names,
+    with interrupts if live is not None else contextlib.nullcontext():
+        stdin = _stdin(names, live, rules, knowledge, grace, interrupts)
+        try:
+            incident = pipeline.read(
+                names,
+                rules,
+                stdin=cast(BinaryIO, stdin) if stdin is not None else None,
+                progress=bar,
+                knowledge=knowledge,
+            )
+        except InputError as exc:
+            fail(str(exc), "give a log as plain text, gzip, bzip2 or xz, or - for standard input")
+        finally:
+            if bar is not None:
+                bar.close()
+        reason = getattr(getattr(stdin, "reader", None), "reason", None)
+        if interrupts.received is not None and stdin is not None and not stdin.seen.text:
+            fail("interrupted before anything was read", code=128 + interrupts.received)
+        if not early:
+            gpu = gpu_state(snapshots, no_gpu)
+        diagnosis = pipeline.diagnose(
+            incident,
             rules,
-            stdin=cast(BinaryIO, stdin) if stdin is not None else None,
-            progress=bar,
-            gpu=gpu,
-            cuda_visible_devices=cuda_visible_devices,
-            engine_override=None if engine == "auto" else engine,
-            knowledge=knowledge,
+            gpu,
+            cuda_visible_devices,
+            None if engine == "auto" else engine,
+            knowledge,
         )
-    except InputError as exc:
-        fail(str(exc), "give a log as plain text, gzip, bzip2 or xz, or - for standard input")
-    finally:
-        if bar is not None:
-            bar.close()
+        stopped = stop_notice(reason, interrupts.received, grace, "<stdin>")
+        if stopped:
+            notices.append(stopped)
+        _report(diagnosis, names, surveys, notices, stdin, fmt, output, no_redact, svg, color)
+    oom = diagnosis.verdict.category in OOM_CATEGORIES
+    sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
+
+
+def _report(
+    diagnosis: Any,
+    names: list[str],
+    surveys: Any,
+    notices: list[str],
+    stdin: Any,
+    fmt: str,
+    output: str | None,
+    no_redact: bool,
+    svg: str | None,
+    color: str,
+) -> None:
+    """The report of a diagnosis read from files and standard input (or exit 3 when they were
+    all empty)."""
+    from oomdoctor.cli import inputs
+    from oomdoctor.read.sources import EMPTY_NOTICE, label
+
     empty = inputs.empty_inputs(names, surveys, diagnosis.incident.notices, stdin)
     if len(empty) == len(names):
         fail(inputs.empty_message(empty))
@@ -203,87 +262,37 @@ def diagnose(
     if notices:
         diagnosis = diagnosis._replace(notices=(*diagnosis.notices, *notices))
     emit_report(diagnosis, fmt, output, no_redact, svg, sys.stdout, color)
-    oom = diagnosis.verdict.category in OOM_CATEGORIES
-    sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
 
 
-def _follow(
-    rules: Any,
-    knowledge: Any,
-    fmt: str,
-    output: str | None,
-    no_redact: bool,
-    exit_zero: bool,
-    snapshots: tuple[str, ...],
-    no_gpu: bool,
-    cuda_visible_devices: str | None,
-    svg: str | None,
-    tee: bool,
-    engine: str = "auto",
-    color: str = "auto",
-) -> None:
-    """`diagnose --follow -`: parse a pipe as it flows, snapshot at the crash, report at EOF."""
-    from oomdoctor import pipeline
+def _live_stdin(names: list[str]) -> int | None:
+    """Standard input's descriptor when it is read here (``-``), None when it is not read, or
+    when it has no descriptor (a test's stream: read as it is)."""
+    if "-" not in names:
+        return None
+    try:
+        return int(sys.stdin.fileno())
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _stdin(
+    names: list[str], fd: int | None, rules: Any, knowledge: Any, grace: float, interrupts: Any
+) -> Any:
+    """What the pipeline reads for ``-`` (None: not read): the live input (it ends at EOF, a
+    signal, or --grace after a crash line), or standard input's stream as it is."""
     from oomdoctor.cli import inputs
-    from oomdoctor.cli.supervise import Capture
-    from oomdoctor.model import OOM_CATEGORIES
 
-    capture = Capture(live_snapshotter(no_gpu, snapshots))
-    parser = pipeline.stream_parser(rules, "<stdin>", capture.crashed, knowledge)
-    fd = sys.stdin.fileno()
-    copy = _Tee(sys.stdout) if tee else None
-    seen = inputs.TextSeen()
-    while True:
-        data = os.read(fd, 1 << 16)
-        if not data:
-            break
-        seen.see(data)
-        if copy is not None:
-            copy.write(data)
-        parser.feed(data)
-    parser.close()
-    if parser.input_error:  # a stream no decoder here reads (zstd before Python 3.14, lz4, zip)
-        fail(parser.input_error)
-    if not seen.text:
-        fail(inputs.empty_message(["-"]))
-    capture.wait()
-    gpu = after_capture(capture, snapshots, no_gpu)
-    diagnosis = pipeline.diagnose(
-        parser.incident(), rules, gpu, cuda_visible_devices, None if engine == "auto" else engine
-    )
-    diagnosis = diagnosis._replace(capture=capture_fields(capture))
-    emit_report(diagnosis, fmt, output, no_redact, svg, sys.stderr if tee else sys.stdout, color)
-    oom = diagnosis.verdict.category in OOM_CATEGORIES
-    sys.exit(EXIT_OOM if oom and not exit_zero else EXIT_OK)
+    if "-" not in names:
+        return None
+    if fd is None:
+        return inputs.WatchedInput(sys.stdin.buffer) if sys.stdin is not None else None
+    from oomdoctor import pipeline
+    from oomdoctor.cli.live_read import CrashWatch, LiveInput, LiveReader
+    from oomdoctor.cli.live_sources import PipeSource
 
+    def parser(on_crash: Any) -> Any:
+        return pipeline.stream_parser(rules, "<stdin>", on_crash, knowledge)
 
-class _Tee:
-    """``--tee``'s copy of the input on stdout. When it cannot be written the input is still read
-    to its end and diagnosed: a reader that went away (``| head``) stops the copy quietly, any
-    other failure (a closed stdout, ``/dev/full``) with one warning."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.fd: int | None = None
-        if stream is None:
-            say("warning: standard output is closed: the input is not copied (--tee)")
-            return
-        self.fd = stream.fileno()
-
-    def write(self, data: bytes) -> None:
-        if self.fd is None:
-            return
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(self.fd, view) :]
-        except BrokenPipeError:
-            self.fd = None
-            silence(self.stream)
-        except OSError as exc:
-            self.fd = None
-            silence(self.stream)
-            say(
-                f"warning: cannot copy the input to standard output: {exc.strerror or exc}; "
-                "reading on without the copy (--tee)"
-            )
+    watch = CrashWatch(parser)
+    reader = LiveReader(PipeSource(fd), interrupts, grace, lambda: watch.at, watch.catch_up, say)
+    return LiveInput(reader, fd, watch, inputs.TextSeen())

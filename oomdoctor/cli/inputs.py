@@ -13,7 +13,7 @@ import stat
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol
 
 from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.knowledge import family
@@ -61,6 +61,12 @@ class WatchedInput:
 
     def __getattr__(self, name: str) -> Any:  # tell(), fileno(): the stream's own
         return getattr(self._raw, name)
+
+
+class Watched(Protocol):
+    """Standard input as the pipeline read it (WatchedInput, cli/live_read.py LiveInput)."""
+
+    seen: TextSeen
 
 
 class Survey(NamedTuple):
@@ -117,7 +123,7 @@ def empty_inputs(
     names: Sequence[str],
     surveys: Sequence[Survey | None],
     notices: Sequence[str],
-    stdin: WatchedInput | None,
+    stdin: Watched | None,
 ) -> list[str]:
     """The inputs that held nothing to read: blank files, a blank standard input, and whatever
     the pipeline found to be 0 bytes (a pipe, gzip of nothing)."""
