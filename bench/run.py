@@ -29,6 +29,14 @@ report and plain `diagnose` (live GPU state) on a 100-line generated log against
 
 Usage: python bench/run.py [--variants sparse,dense] [--sizes 10M,100M,512M] [--blank 50M]
                            [--reps 5] [--startup-reps 21] [--compiled]
+                           [--scale] [--scale-only] [--scale-sizes pids=10000,...]
+
+``--scale`` also runs one case per dimension that issue 22 found growing faster than the input
+(bench/gen_scale.py: distinct vLLM worker PIDs, SGLang ranks, tracebacks, "During handling…"
+chains, frames, gzip members, PIDs named in one OOM message, processes in a snapshot), each at
+N and 10 N, against the simple grep on the same file: time and peak RSS, the report's size, and
+whether the time grew at most ~linearly; ``--scale-sizes`` sets N per dimension
+(``pids=10000,frames=100000``), and ``--scale-only`` skips the serving logs.
 
 ``--compiled`` also runs bench/compiled.py (a Hyperscan-based scan against the shipped one, on
 128 MB logs; needs ``pip install hyperscan``).
@@ -317,8 +325,13 @@ def main() -> int:
         action="store_true",
         help="also run bench/compiled.py: Hyperscan against the shipped scanner (needs hyperscan)",
     )
+    parser.add_argument("--scale", action="store_true", help="also the scaling cases (scale.py)")
+    parser.add_argument("--scale-only", action="store_true", help="only the scaling cases")
+    parser.add_argument("--scale-sizes", default="", help="N per dimension: pids=10000,...")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
+    if args.scale_only:
+        return _scale(args.scale_sizes, [])
     anchors = OUT / "anchors.txt"
     count = write_anchors(anchors)
     simple = OUT / "simple.txt"
@@ -405,11 +418,23 @@ def main() -> int:
         print("  NOTE  the machine was busy for rows marked (busy): their times are not the tool's")
     for name, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    if args.scale:
+        return _scale(args.scale_sizes, checks) or (0 if all(ok for _, ok in checks) else 1)
     if args.compiled:  # item 4 of issue 15: one compiled option, measured beside the engine
         print()
         sys.stdout.flush()
         subprocess.run([sys.executable, str(HERE / "compiled.py")], check=False, env=child_env())
     return 0 if all(ok for _, ok in checks) else 1
+
+
+def _scale(sizes: str, checks: list[tuple[str, bool]]) -> int:
+    """The scaling cases (bench/scale.py); 1 if one of them, or of ``checks``, fails."""
+    import scale  # bench/scale.py, beside this file
+
+    found = scale.run(scale.parse_sizes(sizes))
+    for name, ok in found:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    return 0 if all(ok for _, ok in [*checks, *found]) else 1
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from oomdoctor.advice.context import Context, halve
 from oomdoctor.advice.sglang_fraction import lower_action, raise_fraction
 from oomdoctor.budget import targets
+from oomdoctor.judge.holders import top
 from oomdoctor.model import Action, number
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
@@ -24,15 +25,26 @@ def _holder_action(ctx: Context, pid: int, gib: float, where: str, detail: str) 
     )
 
 
+def _more(count: int, gib: float, where: str) -> Action:
+    """The holders past the largest few: one action for all of them."""
+    return Action(
+        text=f"{count} more processes hold {gib:.2f} GiB together on {where}: the largest are "
+        "named above; `nvidia-smi` on the host lists them all.",
+    )
+
+
 def snapshot_holders(ctx: Context) -> list[Action]:
     gpu = ctx.gpu
     if gpu is None or gpu.snapshot is None:
         return []
     out = []
-    for h in gpu.foreign:
-        if h.gib is None:
-            continue
+    sized = [h for h in gpu.foreign if h.gib is not None]
+    shown = top(sized, lambda h: h.gib)
+    for h in (sized[i] for i in shown.kept):
+        assert h.gib is not None
         name = h.name or "unknown name: another PID namespace"
+        if h.why.startswith("possibly another server"):
+            name += ", possibly another server"  # named like one; nothing ties it to the log
         since = {True: ", there since before the server started", False: ", arrived after start"}
         detail = (
             f" ({name}{since.get(h.present_at_start, '')})"
@@ -41,6 +53,8 @@ def snapshot_holders(ctx: Context) -> list[Action]:
         )
         where = h.device.label if h.device is not None else "the server's GPU"
         out.append(_holder_action(ctx, h.pid, h.gib, where, detail))
+    if shown.more:
+        out.append(_more(shown.more, shown.more_gib, "the server's GPUs"))
     for dev, gap in gpu.unattributed:
         out.append(
             Action(
@@ -56,11 +70,13 @@ def message_holders(ctx: Context) -> list[Action]:
         return []
     oom, view = ctx.oom.message, ctx.oom.holders
     where = f"GPU {oom.gpu}" if oom.gpu is not None else "the GPU"
+    foreign = [h for h in view.holders if h.role == "foreign"]
+    shown = top(foreign, lambda h: h.gib)
     out = [
-        _holder_action(ctx, h.pid or 0, h.gib, where, "")
-        for h in view.holders
-        if h.role == "foreign"
+        _holder_action(ctx, h.pid or 0, h.gib, where, "") for h in (foreign[i] for i in shown.kept)
     ]
+    if shown.more:
+        out.append(_more(shown.more, shown.more_gib, where))
     hidden = view.hidden_gib or 0.0
     if hidden > 2.0 and view.self_estimated:
         own = (view.unattributed_gib or 0.0) - hidden

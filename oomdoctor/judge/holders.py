@@ -12,9 +12,10 @@ what is used beyond that and a non-PyTorch allowance is a holder the message can
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple, TypeVar
 
 from oomdoctor.model import Holder, Incident, OomMessage
 
@@ -24,6 +25,43 @@ OWN_CLAUSE = "PyTorch's own clause"
 MAX_NON_PYTORCH_GIB = 6.0
 #: A holder this small on a TP server is usually a peer rank's CUDA context, not a co-tenant.
 PEER_CONTEXT_GIB = 1.5
+#: What a report or the advice lists of holders, ranks or processes: the TOP largest, and a
+#: count (and total size) for the rest, however many the log or the snapshot names.
+TOP = 8
+
+T = TypeVar("T")
+
+
+class Shown(NamedTuple):
+    """What a report lists of a long sequence: the indices it keeps, and the rest counted."""
+
+    kept: tuple[int, ...]  # indices into the sequence, in its order
+    more: int  # how many are left out
+    more_gib: float  # their total size
+
+
+def top(
+    items: Sequence[T],
+    size: Callable[[T], float | None],
+    n: int = TOP,
+    always: Callable[[T], bool] | None = None,
+) -> Shown:
+    """The ``n`` largest of ``items`` by ``size`` (those ``always`` holds for come first and
+    count against ``n`` only while room is left), in their original order; the rest counted.
+    O(len × log n): a snapshot of 300k processes or a message naming 25k stays cheap."""
+    if len(items) <= n:
+        return Shown(tuple(range(len(items))), 0, 0.0)
+    must = [i for i, x in enumerate(items) if always is not None and always(x)][:n]
+    taken = set(must)
+    rest = heapq.nlargest(
+        n - len(must),
+        (i for i in range(len(items)) if i not in taken),
+        key=lambda i: size(items[i]) or 0.0,
+    )
+    kept = sorted(taken.union(rest))
+    keep = set(kept)
+    more_gib = sum(size(x) or 0.0 for i, x in enumerate(items) if i not in keep)
+    return Shown(tuple(kept), len(items) - len(kept), more_gib)
 
 
 def non_pytorch_allowance(total_gib: float | None) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oomdoctor.judge.holders import TOP
 from oomdoctor.model import Budget, SglangBudget, VllmBudget, Window
 
 
@@ -71,7 +72,16 @@ def budget_dict(b: Budget) -> dict[str, Any]:
     }
     own = _sglang_part(b) if isinstance(b, SglangBudget) else _vllm_part(b)
     out = {**dict.fromkeys(_ORDER), "fraction_factor": 1.0, "ranks": [], **shared, **own}
-    return {key: out[key] for key in _ORDER}
+    result = {key: out[key] for key in _ORDER}
+    if (
+        isinstance(b, SglangBudget) and len(b.ranks) > TOP
+    ):  # the tightest rank and the first others; the rest counted
+        ranks = result["ranks"]
+        kept = [r for r in ranks if r["rank"] == b.rank][:1]
+        kept += [r for r in ranks if r not in kept][: TOP - len(kept)]
+        result["ranks"] = [r for r in ranks if r in kept]
+        result["ranks_more"] = {"count": len(ranks) - len(kept)}
+    return result
 
 
 def _window(w: Window, name: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from oomdoctor import __version__
 from oomdoctor.budget import card
 from oomdoctor.diagnosis import Diagnosis
+from oomdoctor.judge.holders import top
 from oomdoctor.knowledge import family
 from oomdoctor.model import Failure, Line, SglangBudget
 from oomdoctor.report import picture
@@ -91,6 +92,7 @@ def _failure_dict(f: Failure | None, sources: tuple[str, ...]) -> dict[str, Any]
     }
     if f.oom is not None:
         o = f.oom
+        shown = top(o.processes, lambda p: p[1])
         out["oom"] = {
             "form": o.form,
             # as the message printed them: MiB figures need six decimals of GiB to survive
@@ -99,12 +101,17 @@ def _failure_dict(f: Failure | None, sources: tuple[str, ...]) -> dict[str, Any]
             "total_gib": _r(o.total_gib, OOM_DIGITS),
             "free_gib": _r(o.free_gib, OOM_DIGITS),
             "this_process_gib": _r(o.this_process_gib, OOM_DIGITS),
-            "processes": [{"pid": pid, "gib": _r(gib, OOM_DIGITS)} for pid, gib in o.processes],
+            "processes": [
+                {"pid": pid, "gib": _r(gib, OOM_DIGITS)}
+                for pid, gib in (o.processes[i] for i in shown.kept)
+            ],
             "allocated_gib": _r(o.allocated_gib, OOM_DIGITS),
             "private_pools_gib": _r(o.private_pools_gib, OOM_DIGITS),
             "reserved_unallocated_gib": _r(o.reserved_unallocated_gib, OOM_DIGITS),
             "complete": o.complete,
         }
+        if shown.more:  # the largest are listed, however many the message names
+            out["oom"]["processes_more"] = {"count": shown.more, "gib": _r(shown.more_gib)}
     return out
 
 
@@ -121,7 +128,8 @@ def gpu_dict(view: GpuView | None) -> dict[str, Any]:
         }
     snap = view.snapshot
     gaps = {id(d): g for d, g in view.unattributed}
-    return {
+    shown = top(view.holders, lambda h: h.gib, always=lambda h: h.role != "foreign")
+    out = {
         "available": True,
         "source": snap.source,
         "time": snap.time,
@@ -161,9 +169,12 @@ def gpu_dict(view: GpuView | None) -> dict[str, Any]:
                 "kv_cost_gib": _r(h.kv_cost_gib),
                 "present_at_start": h.present_at_start,
             }
-            for h in view.holders
+            for h in (view.holders[i] for i in shown.kept)
         ],
     }
+    if shown.more:  # the largest are listed, however many the snapshot holds
+        out["processes_more"] = {"count": shown.more, "gib": _r(shown.more_gib)}
+    return out
 
 
 def _gib(n: int | None) -> float | None:

@@ -95,6 +95,9 @@ def oom_rows(failure: dict[str, Any] | None, judgement: dict[str, Any] | None = 
         gib = p["gib"]
         whose = _WHOSE.get(roles.get(p["pid"], ""), "")
         rows.card.append((f"process {p['pid']}{whose}", size(gib) if gib is not None else "in use"))
+    if oom.get("processes_more"):
+        more = oom["processes_more"]
+        rows.card.append((f"{more['count']} more processes", size(more["gib"])))
     for key, label in (
         ("allocated_gib", "allocated by PyTorch"),
         ("private_pools_gib", "in private pools (CUDA graphs)"),
@@ -218,6 +221,8 @@ def rank_table(budget: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             else:
                 row.append("?" if r.get(key) is None else gib_text(r[key]))
         rows.append(row)
+    if budget.get("ranks_more"):
+        rows.append([f"+{budget['ranks_more']['count']} more", *("" for _ in RANK_COLUMNS)])
     return header, rows
 
 

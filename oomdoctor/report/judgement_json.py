@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from oomdoctor.judge.holders import OWN_CLAUSE
+from oomdoctor.judge.holders import OWN_CLAUSE, top
 
 if TYPE_CHECKING:
     from oomdoctor.diagnosis import Diagnosis
@@ -28,15 +28,20 @@ def judgement_dict(diag: Diagnosis) -> dict[str, Any]:
     """What the judgement stage decided, each with the line and the reasoning behind it: when
     and where the failure happened, and who held the card (oomdoctor/judge)."""
     holders = diag.oom.holders.holders if diag.oom is not None else ()
-    return {
+    shown = top(holders, lambda h: h.gib, always=lambda h: h.role == "self")
+    out = {
         "phase": _decision(diag.phase),
         "phase_rival": _decision(diag.phase_rival),
         "site": _decision(diag.site),
         "fit": _decision(diag.oom.fit) if diag.oom is not None else None,
         "holders": [
-            {"pid": h.pid, "gib": round(h.gib, 2), "role": h.role, "why": h.why} for h in holders
+            {"pid": h.pid, "gib": round(h.gib, 2), "role": h.role, "why": h.why}
+            for h in (holders[i] for i in shown.kept)
         ],
     }
+    if shown.more:  # the largest are listed, however many the message names
+        out["holders_more"] = {"count": shown.more, "gib": round(shown.more_gib, 2)}
+    return out
 
 
 def decided_rows(judgement: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -58,6 +63,11 @@ def decided_rows(judgement: dict[str, Any] | None) -> list[tuple[str, str]]:
             continue  # the message said so itself: nothing was decided
         who = "this process" if h["pid"] is None else f"PID {h['pid']}"
         rows.append(("holder", f"{who} ({h['gib']:.2f} GiB) is {_ROLE[h['role']]}: {h['why']}"))
+    more = judgement.get("holders_more")
+    if more:
+        rows.append(
+            ("holder", f"{more['count']} more processes ({more['gib']:.2f} GiB) not listed")
+        )
     return rows
 
 

@@ -105,6 +105,9 @@ def _gpu(console: Any, gpu: dict[str, Any] | None) -> None:
             console.print(
                 Text(f"  {'':<12} {gib_text(d['unattributed_gib']):>11}  held by no listed process")
             )
+    if gpu.get("processes_more"):
+        more = gpu["processes_more"]
+        console.print(Text(f"  {more['count']} more processes hold {gib_text(more['gib'])}"))
     for uuid, procs in by_gpu.items():  # processes whose GPU is not in the device table
         console.print(Text(f"GPU {uuid or '?'}", style="bold"))
         for p in procs:
