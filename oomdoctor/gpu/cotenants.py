@@ -1,8 +1,12 @@
 """Who else holds the server's GPUs, and what it cost: the snapshot read against the log.
 
-- Which GPUs the server used: its own processes in the snapshot (`sglang::scheduler_TP0` titles,
-  PIDs the log names), else TP rank → CUDA ordinal (`base_gpu_id`, `gpu_id_step`) →
-  `CUDA_VISIBLE_DEVICES` → device (by UUID where it names UUIDs).
+- Which processes are the server: by evidence, never by name alone (gpu/identify.py): PIDs the
+  log names and their children, or a server-like title that the size the log accounts to this
+  process, a rank the log printed or the launch's start time agrees with. A title alone makes a
+  holder "possibly another server": a co-tenant.
+- Which GPUs the server used: those of its own processes in the snapshot, else TP rank → CUDA
+  ordinal (`base_gpu_id`, `gpu_id_step`) → `CUDA_VISIBLE_DEVICES` → device (by UUID where it
+  names UUIDs), else those of server-named processes.
 - Each process on those GPUs is the server, a sibling stage (Omni), or a co-tenant. A PID from
   another namespace has no name; if its size matches what the server holds, it is the server.
 - A co-tenant present from the start shrank `pre` (capacity − pre − context overhead covers it);
@@ -11,12 +15,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from datetime import datetime
 
 from oomdoctor.budget import costs
 from oomdoctor.extract.normalise import rank_numbers
+from oomdoctor.gpu.identify import identify, named_like_server, parse_time
 from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot
 from oomdoctor.gpu.view import GpuHolder, GpuView
 from oomdoctor.judge import holders
@@ -24,18 +27,14 @@ from oomdoctor.model import Budget, Failure, Incident
 
 #: A snapshot this far from the log's last line may show a different set of holders.
 STALE_AFTER_S = 15 * 60
-_SERVER_NAME = re.compile(
-    r"^sglang::|sglang\.launch_server|sglang/launch_server|sglang\.srt"
-    r"|^VLLM::|vllm\.entrypoints|vllm serve|\bvllm/v1/engine"  # vLLM sets VLLM::EngineCore etc.
-)
 
 
-def _server_pids(incident: Incident) -> set[int]:
-    pids: set[int] = set()
+def _server_pids(incident: Incident) -> dict[int, str]:
+    pids: dict[int, str] = {}
     for fact in incident.facts_of("child_died"):
         pid = fact.num("pid")
         if pid is not None:
-            pids.add(int(pid))
+            pids[int(pid)] = f"a child's crash line, line {fact.line.number}"
     return pids
 
 
@@ -107,12 +106,31 @@ def analyse(
     visible = [t.strip() for t in visible_spec.split(",") if t.strip()] if visible_spec else None
     known = _server_pids(incident)
     self_pid, self_gib = _message_self(primary, siblings)
-    if self_pid is not None:
-        known.add(self_pid)  # the OOM message's own process, printed under its host PID
+    if self_pid is not None:  # the OOM message's own process, printed under its host PID
+        known[self_pid] = "the OOM message's own process"
+    for pid in siblings:
+        known.setdefault(pid, "a process of this server's own lines")
+    expected = costs.expected_server_gib(budget, self_gib)
+    ordinals = _ordinals(incident)
+    rank_devices: dict[int, Device] = {}
+    for ordinal, label in ordinals.items():
+        dev = _device_for_ordinal(snap, ordinal, visible)
+        tp = rank_numbers(label).get("TP")
+        if dev is not None and tp is not None:
+            rank_devices[tp] = dev
+    launch = incident.server_args_line.ts if incident.server_args_line is not None else None
+    gap_s = _gap(snap.time, incident.last_ts)
+    ident = identify(
+        snap,
+        known,
+        lambda gib: costs.matches_server(gib, expected),
+        rank_devices,
+        launch,
+        after_log=gap_s is not None and gap_s > 0,
+    )
 
     def is_server(p: Process) -> bool:
-        text = f"{p.name or ''} {p.cmdline or ''}"
-        return p.pid in known or bool(_SERVER_NAME.search(text.strip()))
+        return p.pid in ident.server
 
     server_devs: list[Device] = []
     for p in snap.processes:
@@ -120,7 +138,6 @@ def analyse(
         if dev is not None and is_server(p) and dev not in server_devs:
             server_devs.append(dev)
     mapping = "the server's own processes in the snapshot" if server_devs else None
-    ordinals = _ordinals(incident)
     if not server_devs and ordinals:
         for ordinal in sorted(ordinals):
             dev = _device_for_ordinal(snap, ordinal, visible)
@@ -132,6 +149,13 @@ def analyse(
                 if visible
                 else "(= NVML index: CUDA_VISIBLE_DEVICES unknown)"
             )
+    if not server_devs:
+        for p in snap.processes:
+            dev = snap.device_of(p)
+            if dev is not None and named_like_server(p) and dev not in server_devs:
+                server_devs.append(dev)
+        if server_devs:
+            mapping = "processes named like this engine's (nothing else ties them to the log)"
     if not server_devs and len(snap.devices) == 1:
         server_devs = [snap.devices[0]]
         mapping = "the only GPU in the snapshot"
@@ -143,14 +167,15 @@ def analyse(
         notes.append("could not tell which GPUs the server used; all GPUs are listed")
 
     failing = _failing_device(snap, primary, visible, server_devs)
-    expected = costs.expected_server_gib(budget, self_gib)
     holders: list[GpuHolder] = []
     for p in snap.processes:
         dev = snap.device_of(p)
         if server_devs and dev is not None and dev not in server_devs:
             continue
         gib = _gib(p)
-        role, why = _role(p, gib, is_server(p), siblings, expected)
+        role, why = _role(p, gib, ident.server.get(p.pid), siblings, expected)
+        if role == "foreign" and p.pid in ident.other_server:
+            why = ident.other_server[p.pid]
         foreign = role == "foreign"
         total = dev.total_bytes / GIB if dev is not None and dev.total_bytes else None
         at_start = costs.present_at_start(total, gib, budget) if foreign else None
@@ -167,7 +192,6 @@ def analyse(
         gap = (dev.used_bytes - sum(u for u in listed if u is not None)) / GIB
         if gap > 1.0:
             unattributed.append((dev, gap))
-    gap_s = _gap(snap.time, incident.last_ts)
     if gap_s is not None and abs(gap_s) > STALE_AFTER_S:
         when = "after" if gap_s > 0 else "before"
         notes.append(
@@ -198,12 +222,16 @@ def analyse(
 
 
 def _role(
-    p: Process, gib: float | None, server: bool, siblings: Mapping[int, str], expected: float | None
+    p: Process,
+    gib: float | None,
+    server: str | None,
+    siblings: Mapping[int, str],
+    expected: float | None,
 ) -> tuple[str, str]:
     if p.pid in siblings:
         return "sibling", f"the {siblings[p.pid]} stage of the same pipeline"
-    if server:
-        return "server", "an SGLang process (process title or a PID the log names)"
+    if server is not None:
+        return "server", f"this server: {server}"
     if not p.name and not p.cmdline and p.visible is not True:
         if costs.matches_server(gib, expected):
             return (
@@ -224,28 +252,9 @@ def _failing_device(
     return server[0] if len(server) == 1 else None
 
 
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    text = re.sub(r"(\.\d{6})\d+", r"\1", text.strip()).replace("Z", "+00:00")
-    for fmt in (
-        "%Y-%m-%dT%H:%M:%S%z",
-        "%Y-%m-%dT%H:%M:%S.%f%z",
-        "%a %b %d %H:%M:%S %Y",
-        "%Y-%m-%d %H:%M:%S.%f",
-        "%Y-%m-%d %H:%M:%S",
-        "%Y/%m/%d %H:%M:%S.%f",
-    ):
-        try:
-            return datetime.strptime(text, fmt).replace(tzinfo=None)
-        except ValueError:
-            continue
-    return None
-
-
 def _gap(snap_time: str | None, log_time: str | None) -> float | None:
     """Seconds from the log's last line to the snapshot, both read as the GPU host's local time."""
-    a, b = _parse_time(log_time), _parse_time(snap_time)
+    a, b = parse_time(log_time), parse_time(snap_time)
     if a is None or b is None:
         return None
     return (b - a).total_seconds()

@@ -49,6 +49,8 @@ class Process:
     cmdline: str | None = None
     visible: bool | None = None  # the PID exists in the snapshot taker's namespace
     kind: str | None = None  # "C", "G", "C+G"
+    ppid: int | None = None  # its parent, where the snapshot taker could see it
+    start_time: str | None = None  # when it started (ISO 8601, the host's local time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,8 @@ def to_json(snap: Snapshot) -> dict[str, Any]:
                 "cmdline": p.cmdline,
                 "visible": p.visible,
                 "type": p.kind,
+                "ppid": p.ppid,
+                "start_time": p.start_time,
             }
             for p in snap.processes
         ],
@@ -210,6 +214,8 @@ def from_json(data: Mapping[str, Any]) -> Snapshot:
                 cmdline=_str(p.get("cmdline"), f"processes[{i}].cmdline"),
                 visible=visible if isinstance(visible, bool) else None,
                 kind=_str(p.get("type"), f"processes[{i}].type"),
+                ppid=_int(p.get("ppid"), f"processes[{i}].ppid"),
+                start_time=_str(p.get("start_time"), f"processes[{i}].start_time"),
             )
         )
     notes = data.get("notes", [])
