@@ -47,6 +47,8 @@ class Assembler:
         self._failed_launch: Launch | None = None
         self._launches = 1
         self._streams: dict[tuple[int, int | None], Stream] = {}
+        #: the streams whose OOM message may still go on: id → (source, stream)
+        self._open_ooms: dict[int, tuple[int, Stream]] = {}
         self._versions = VersionTracker()
         self._stats_versions_seen: set[str] = set()
         self._detector = Detector(self.knowledge, clock)  # clock: the run's, for user regexes
@@ -57,6 +59,11 @@ class Assembler:
     # -- feeding -----------------------------------------------------------------------------
 
     def feed(self, line: Line, facts: list[Fact]) -> None:
+        stream = self._feed(line, facts)
+        if stream.open_oom is not None:  # a wrapped OOM message may go on in a bare line
+            self._open_ooms[id(stream)] = (line.source, stream)
+
+    def _feed(self, line: Line, facts: list[Fact]) -> Stream:
         kinds = {f.kind for f in facts}
         if line.ts and len(line.ts) >= 19:  # a full date, not vLLM's month-day form
             self.last_ts = line.ts
@@ -80,12 +87,12 @@ class Assembler:
             # The source line a traceback prints under its frame: `raise ValueError("No
             # available memory ...")` repeats the message's words but is code, not a message.
             stream.add_code(line.text.strip())
-            return
+            return stream
         if "graph_capture_failed" in kinds:
             stream.capture_failed = line  # an OOM on this very line happened during capture
         if stream.open_oom is not None and "oom_part" in kinds and not kinds & FAILURE_KINDS:
             fail.continue_oom(stream, line)
-            return
+            return stream
         if stream.open_oom is not None:
             fail.close_oom(stream)
         # The exception line closes its traceback: failures on the same line must see the frames.
@@ -93,16 +100,22 @@ class Assembler:
             self._fact(stream, fact, kinds)
         if "frame" not in kinds:
             stream.last_line = line
+        return stream
 
     def _wrapping_stream(self, line: Line) -> Stream | None:
-        for (source, _), other in self._streams.items():
-            if (
-                source == line.source
-                and other.open_oom is not None
+        """The stream whose OOM message a bare line may continue: only streams with an open
+        message are looked at (all streams, one per PID, for every bare line is quadratic)."""
+        found = None
+        for key, (source, other) in list(self._open_ooms.items()):
+            if other.open_oom is None:
+                del self._open_ooms[key]
+            elif (
+                found is None
+                and source == line.source
                 and 0 < line.number - other.open_oom_line <= 2
             ):
-                return other
-        return None
+                found = other
+        return found
 
     def _fact(self, stream: Stream, fact: Fact, kinds: set[str]) -> None:
         kind = fact.kind
