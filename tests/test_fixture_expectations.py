@@ -163,9 +163,16 @@ def _no_value_without_basis(actions: list[dict[str, Any]], high: float | None) -
 
 
 def _window_shown(text: str, low: float | None, high: float | None, name: str) -> None:
+    """The window row as budget/recommend.py words it: ``low – high`` when it holds values, an
+    empty one said as ``needs ≥ low and ≤ high`` (``needs ≥ low`` above 1), never reversed."""
     flat = " ".join(text.split())
-    row = re.search(rf"window {name}_min – {name}_max (\S+) – (\S+)", flat)
-    if low is not None and high is not None:
+    label = f"window {name}_min – {name}_max "
+    row = re.search(rf"{label}(\S+) – (\S+)", flat)
+    if low is not None and high is not None and low > high:
+        said = f"needs ≥ {low:.2f}" if low >= 1 else f"needs ≥ {low:.3f} and ≤ {high:.3f}"
+        assert f"{label}{said}: no fraction works" in flat, flat[-2000:]
+        assert row is None, row.group(0)
+    elif low is not None and high is not None:
         assert row and row.groups() == (f"{low:.3f}", f"{high:.3f}"), flat[-2000:]
     else:  # an unknown end: no window row with numbers
         assert row is None or "unknown" in row.groups(), row and row.group(0)
