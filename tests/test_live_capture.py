@@ -175,16 +175,32 @@ def _clean(err: str) -> None:
 # -- Ctrl-C and SIGTERM ---------------------------------------------------------------------------
 
 
-def test_readme_recipe_ctrl_c_prints_the_report(tmp_path: Path) -> None:
-    """`server 2>&1 | oomdoctor diagnose -` in a shell, then Ctrl-C: the report, exit 1."""
+#: The README's pipe recipes, as a shell runs them: {doctor} is `python -m oomdoctor diagnose
+#: --no-gpu --grace 60 ARGS` with its stdout and stderr on files; {copy} is the file `tee` writes.
+RECIPES = {
+    "dash": ("-",),
+    "implicit-stdin": (),
+    "follow-tee-into-tee": ("--follow", "--tee", "-"),
+}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_readme_recipes_print_the_report_at_ctrl_c(tmp_path: Path, recipe: str) -> None:
+    """`server 2>&1 | oomdoctor diagnose -` (and the others) in a shell, then Ctrl-C to the
+    job's process group: the report of the crash, exit 1."""
+    args = RECIPES[recipe]
     script = tmp_path / "server.py"
     script.write_text(FAKE_SERVER)
-    stamp, rc = tmp_path / "crashed-at", tmp_path / "rc"
+    stamp, rc, copy = tmp_path / "crashed-at", tmp_path / "rc", tmp_path / "server.log"
     q = shlex.quote
+    out, err = tmp_path / "out", tmp_path / "err"
+    doctor = f'"$0" -m oomdoctor diagnose --no-gpu --grace 60 {" ".join(args)}'
+    tee = "--tee" in args
+    report = f"2>{q(str(err))}" if tee else f">{q(str(out))} 2>{q(str(err))}"
     line = (
         f'"$0" {q(str(script))} {q(str(LOG))} {q(str(stamp))} 2>&1 | '
-        f'{{ "$0" -m oomdoctor diagnose --no-gpu --grace 60 - >{q(str(tmp_path / "out"))} '
-        f"2>{q(str(tmp_path / 'err'))}; echo $? >{q(str(rc))}; }}"
+        f"{{ {doctor} {report}; echo $? >{q(str(rc))}; }}"
+        + (f" | tee {q(str(copy))} >/dev/null" if tee else "")
     )
     shell = subprocess.Popen(
         ["bash", "-c", line, sys.executable], start_new_session=True, cwd=REPO, env=_env()
@@ -198,12 +214,14 @@ def test_readme_recipe_ctrl_c_prints_the_report(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(shell.pid, signal.SIGKILL)
         shell.wait(WAIT_S)
-    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
-    assert rc.read_text().strip() == "1", err
-    assert out.startswith(VERDICT), out
-    assert "reading stopped at SIGINT (Ctrl-C)" in " ".join(out.split())
-    assert "oomdoctor: SIGINT (Ctrl-C): reporting on what was read" in err
-    _clean(err)
+    report_text = err.read_text() if tee else out.read_text()
+    assert rc.read_text().strip() == "1", err.read_text()
+    assert f"\n{VERDICT}  (" in f"\n{report_text}", report_text
+    assert "reading stopped at SIGINT (Ctrl-C)" in " ".join(report_text.split())
+    assert "oomdoctor: SIGINT (Ctrl-C): reporting on what was read" in err.read_text()
+    if tee:  # `tee` had every line before the Ctrl-C ended it too
+        assert copy.read_bytes() == LOG.read_bytes()
+    _clean(err.read_text())
 
 
 def test_follow_tee_ctrl_c_keeps_every_line_and_reports(pipeline: Any) -> None:
@@ -310,16 +328,21 @@ def _read_of(pid: int, path: Path) -> int:
     return -1
 
 
-def test_tail_F_into_follow_reports_within_grace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("whole", [True, False], ids=["tail-n+1-F", "tail-F"])
+def test_tail_F_into_follow_reports_within_grace(tmp_path: Path, whole: bool) -> None:
+    """`tail -F LOG | oomdoctor diagnose --follow -`: tail never ends, the grace does. Plain
+    `tail -F` starts at the last 10 lines; the crash is still reported."""
     head, rest = _split()
     log = tmp_path / "server.log"
     log.write_bytes(head)
+    shown = head if whole else b"\n".join(head.split(b"\n")[-11:])  # the last 10 lines
     r, w = os.pipe()
-    tail = subprocess.Popen(["tail", "-n", "+1", "-F", str(log)], stdout=w, **_in_group(0))
+    tail_args = ["-n", "+1", "-F"] if whole else ["-F"]
+    tail = subprocess.Popen(["tail", *tail_args, str(log)], stdout=w, **_in_group(0))
     os.close(w)
     doctor = None
     try:
-        _until(lambda: _unread(r) == len(head), "tail's copy of the head")
+        _until(lambda: _unread(r) == len(shown), "tail's copy of the head")
         doctor = subprocess.Popen(
             [*OOMDOCTOR, "diagnose", "--no-gpu", "--follow", "--grace", str(GRACE), "-"],
             stdin=r,
