@@ -52,6 +52,8 @@ def parse(text: str) -> int | float | None:
 def number(text: str, gib: bool = False) -> int | float | None:
     """A logged number, or None when it is not one or lies outside the physical range."""
     value = parse(text)
+    if value is None and "," in text:  # a decimal comma (70,50) or grouped thousands (1,024)
+        value = decimal(text)
     return value if value is not None and in_range(value, gib) else None
 
 
@@ -71,3 +73,63 @@ def integer(text: str | None) -> int | None:
     lies outside the physical range."""
     value = number(text) if text else None
     return value if isinstance(value, int) else None
+
+
+#: A size's number as people print it: a decimal point or a decimal comma (``70,50``), thousands
+#: grouped by commas (``1,024``), an exponent (``1.6e1``). At most 20 digits a part, so that a
+#: run of thousands of digits costs one pass.
+SIZE_NUMBER = r"\d{1,20}(?:[.,]\d{1,20}){0,6}(?:[eE][+-]?\d{1,3})?"
+#: The units of memory logs print. ``GB``, ``MB``, ``TB``, ``PB`` and ``EB`` are read as the
+#: binary units the engines mean by them (SGLang's `avail mem=... GB` is bytes / 2^30; PyTorch and
+#: vLLM print GiB); ``KB`` and ``kB`` are 10^3 bytes, as the SI prefix says.
+SIZE_UNIT = r"(?:bytes|[KMGTPE]iB|[kK]B|[MGTPE]B|B)"
+_BYTES = {
+    "bytes": 1,
+    "B": 1,
+    "KiB": 1 << 10,
+    "KB": 1000,
+    "kB": 1000,
+    "MiB": 1 << 20,
+    "MB": 1 << 20,
+    "GiB": 1 << 30,
+    "GB": 1 << 30,
+    "TiB": 1 << 40,
+    "TB": 1 << 40,
+    "PiB": 1 << 50,
+    "PB": 1 << 50,
+    "EiB": 1 << 60,
+    "EB": 1 << 60,
+}
+
+
+def decimal(text: str) -> int | float | None:
+    """A number with a decimal comma or thousands commas, as ``parse`` reads the rest:
+    ``70,50`` is 70.5, ``1,024`` and ``1,024.5`` are grouped thousands (three digits after each
+    comma, the first group not 0), ``1,6e1`` is 16. None for anything else (``1,2,4``: a list)."""
+    body = text.strip()
+    if "," not in body:
+        return parse(body)
+    mantissa, _, exponent = body.replace("E", "e").partition("e")
+    head = mantissa.split(".")[0]
+    groups = head.split(",")
+    if (
+        len(groups) > 1
+        and mantissa.count(".") <= 1
+        and not groups[0].startswith("0")
+        and 1 <= len(groups[0]) <= 3
+        and all(len(g) == 3 for g in groups[1:])
+    ):
+        return parse(mantissa.replace(",", "") + (f"e{exponent}" if exponent else ""))
+    if mantissa.count(",") == 1 and "." not in mantissa:
+        return parse(mantissa.replace(",", ".") + (f"e{exponent}" if exponent else ""))
+    return None
+
+
+def to_gib(amount: str, unit: str) -> float | None:
+    """``amount`` of ``unit`` (SIZE_NUMBER, SIZE_UNIT) in GiB; None when it is not a number or
+    lies outside the physical range."""
+    value = decimal(amount)
+    factor = _BYTES.get(unit)
+    if value is None or factor is None or not in_range(value):
+        return None
+    return gib_or_none(value * factor / (1 << 30))

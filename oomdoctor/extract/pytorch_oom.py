@@ -8,29 +8,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from types import MappingProxyType
 
+from oomdoctor import units
 from oomdoctor.model import OomMessage
-from oomdoctor.units import gib_or_none, integer, number
+from oomdoctor.units import integer
 
-#: A size: never starting inside a longer number, and at most 20 digits each side of the point,
-#: so that a hostile run of thousands of digits costs one pass, not one per digit.
+#: A size: never starting inside a longer number, at most 20 digits a part (units.SIZE_NUMBER),
+#: so that a hostile run of thousands of digits costs one pass, not one per digit; any unit of
+#: units.SIZE_UNIT (PiB, EiB, KB = 10^3 bytes, ...), scientific notation and decimal commas.
 _SIZE = (
-    r"(?<![\d.])(?P<{name}>\d{{1,20}}(?:\.\d{{1,20}})?) ?"
-    r"(?P<{name}_u>bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB)"
-)
-_UNITS = MappingProxyType(
-    {
-        "bytes": 1 / 2**30,
-        "B": 1 / 2**30,
-        "KiB": 1 / 2**20,
-        "KB": 1 / 2**20,
-        "MiB": 1 / 2**10,
-        "MB": 1 / 2**10,
-        "GiB": 1.0,
-        "GB": 1.0,
-        "TiB": 2**10,
-    }
+    r"(?<![\d.,])(?P<{name}>" + units.SIZE_NUMBER.replace("{", "{{").replace("}", "}}") + r") ?"
+    r"(?P<{name}_u>" + units.SIZE_UNIT + r")"
 )
 
 
@@ -100,8 +88,7 @@ def _gib(m: re.Match[str], name: str) -> float | None:
     value = m.group(name)
     if value is None:
         return None
-    amount = number(value)
-    return gib_or_none(amount * _UNITS[m.group(name + "_u")]) if amount is not None else None
+    return units.to_gib(value, m.group(name + "_u"))
 
 
 def _first(pattern: _Words, text: str, name: str) -> float | None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 
 from oomdoctor.model import Scalar
-from oomdoctor.units import in_range, parse
+from oomdoctor.units import decimal, in_range, parse
 
 Builder = Callable[[re.Match[str]], Mapping[str, Scalar] | None]
 
@@ -20,6 +20,8 @@ def convert(value: str | None, gib: bool = False) -> Scalar:
     if value is None:
         return None
     number = parse(value)
+    if number is None and "," in value:  # a decimal comma (`avail mem=70,50 GB`), 1,024
+        number = decimal(value)
     if number is None:
         return value
     return number if in_range(number, gib) else None

@@ -12,6 +12,9 @@ from oomdoctor.extract.signatures.base import Signature, convert, groups, sig
 from oomdoctor.model import Scalar
 
 _NUM = r"-?\d+(?:\.\d+)?"
+#: A size in GB as SGLang prints it, or with a decimal comma or an exponent (units.decimal reads
+#: it). Any number of digits: one too long to believe is refused with a notice naming its line.
+_SIZE = r"[\d.,]+(?:[eE][+-]?\d{1,3})?"
 
 
 def _load_end(m: re.Match[str]) -> dict[str, Scalar]:
@@ -44,15 +47,19 @@ SIGNATURES: tuple[Signature, ...] = (
         "dist_init_end",
         ("Init torch distributed ends", "Memory baseline taken"),
         r"(?:Init torch distributed ends\.(?: elapsed=[\d.]+ s,)?|Memory baseline taken\.)"
-        r" mem usage=(?P<usage>[\d.]+) GB",
+        r" mem usage=(?P<usage>" + _SIZE + r") GB",
     ),
-    sig("load_begin", "Load weight begin", r"Load weight begin\. avail mem=(?P<avail>[\d.]+) GB"),
+    sig(
+        "load_begin",
+        "Load weight begin",
+        r"Load weight begin\. avail mem=(?P<avail>" + _SIZE + r") GB",
+    ),
     sig(
         "load_end",
         "Load weight end",
         r"Load weight end\..*?(?:type=(?P<model>\w+), )?(?:dtype=(?P<dtype>[\w.]+), )?"
-        r"(?:quant=[^,]*, (?:[a-z_]+=[^,]*, )*)?avail mem=(?P<avail>[\d.]+) GB"
-        r"(?:, mem usage=(?P<w>[\d.]+) GB)?",
+        r"(?:quant=[^,]*, (?:[a-z_]+=[^,]*, )*)?avail mem=(?P<avail>" + _SIZE + r") GB"
+        r"(?:, mem usage=(?P<w>" + _SIZE + r") GB)?",
         _load_end,
     ),
     sig(
@@ -62,28 +69,34 @@ SIGNATURES: tuple[Signature, ...] = (
         # search from every position would scan the rest of a long line once per position.
         r"^\s*(?:(?P<label>\S.*?) )?KV Cache (?:is allocated|VA upper bound)\. "
         r"(?:dtype: (?P<dtype>\S+), )?#tokens: (?P<tokens>\d+), "
-        r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)",
+        r"(?:K size: (?P<k>"
+        + _SIZE
+        + r") GB, V size: (?P<v>"
+        + _SIZE
+        + r") GB|KV size: (?P<kv>"
+        + _SIZE
+        + r") GB)",
         _kv,
     ),
-    sig("pool_end", "Memory pool end", r"Memory pool end\. avail mem=(?P<avail>[\d.]+) GB"),
+    sig("pool_end", "Memory pool end", r"Memory pool end\. avail mem=(?P<avail>" + _SIZE + r") GB"),
     sig(
         "graph_begin",
         ("graph begin", "Graph begin"),
-        r"Capture (?P<what>.*?)graph begin\..*?avail mem=(?P<avail>[\d.]+) GB",
+        r"Capture (?P<what>.*?)graph begin\..*?avail mem=(?P<avail>" + _SIZE + r") GB",
         flags=re.IGNORECASE,
     ),
     sig(
         "graph_end",
         ("graph end", "Graph end"),
-        r"Capture (?P<what>.*?)graph end\..*?mem usage=(?P<g>[\d.]+) GB[.,] "
-        r"avail mem=(?P<avail>[\d.]+) GB",
+        r"Capture (?P<what>.*?)graph end\..*?mem usage=(?P<g>" + _SIZE + r") GB[.,] "
+        r"avail mem=(?P<avail>" + _SIZE + r") GB",
         flags=re.IGNORECASE,
     ),
     sig(
         "capture_progress",
         ("Capturing batches", "Capturing prefill shape"),
         r"Capturing (?:batches|prefill shape) \((?:(?:bs|num_tokens)=(?P<bs>\d+) )?"
-        r"avail_mem=(?P<avail>[\d.]+) GB\)",
+        r"avail_mem=(?P<avail>" + _SIZE + r") GB\)",
     ),
     sig(
         "load_progress",
@@ -95,7 +108,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "max_total_num_tokens=",
         r"max_total_num_tokens=(?P<tokens>-?\d+), (?:chunked_prefill_size=(?P<chunked>-?\d+|None), )?"
         r"max_prefill_tokens=(?P<max_prefill>\d+), max_running_requests=(?P<max_running>\d+), "
-        r"context_len=(?P<context_len>\d+)(?:, available_(?:gpu|cpu)_mem=(?P<avail>[\d.]+) GB)?",
+        r"context_len=(?P<context_len>\d+)(?:, available_(?:gpu|cpu)_mem=(?P<avail>"
+        + _SIZE
+        + r") GB)?",
         _summary,
     ),
     sig("ready", "fired up and ready to roll", r"The server is fired up and ready to roll"),
@@ -120,7 +135,9 @@ SIGNATURES: tuple[Signature, ...] = (
     sig(
         "mm_kv_reserve",
         "KV budget for post-sizing multimodal",
-        r"Reserving (?P<gb>[\d.]+) GB of the KV budget for post-sizing multimodal allocations",
+        r"Reserving (?P<gb>"
+        + _SIZE
+        + r") GB of the KV budget for post-sizing multimodal allocations",
     ),
     sig(
         "kv_below_context",
