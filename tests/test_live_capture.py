@@ -40,7 +40,8 @@ LINES = LOG.read_bytes().count(b"\n")
 linux_proc = pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="needs /proc")
 
 #: Prints argv[1] up to its crash line, waits until its stdout pipe is drained (the reader is
-#: reading), prints the rest, writes the time to argv[2], and hangs.
+#: reading), prints the rest, writes the time to argv[2], and hangs (printing one more line
+#: argv[3] seconds later, if given).
 FAKE_SERVER = r"""
 import fcntl, signal, struct, sys, termios, time
 from pathlib import Path
@@ -61,6 +62,10 @@ time.sleep(0.1)
 out.write(data[cut:])
 out.flush()
 Path(sys.argv[2]).write_text(repr(time.time()))
+if len(sys.argv) > 3:  # a line long after the crash
+    time.sleep(float(sys.argv[3]))
+    out.write(b"[2025-09-22 08:15:30] still hung\n")
+    out.flush()
 while True:
     time.sleep(1)
 """
@@ -111,13 +116,16 @@ class Pipeline:
     """``server | oomdoctor ARGS``, the two in one process group (as a shell's job is), the
     report on files; killed whole at the end."""
 
-    def __init__(self, tmp: Path, args: list[str], server: list[str] | None = None) -> None:
+    def __init__(
+        self, tmp: Path, args: list[str], server: list[str] | None = None, later: str = ""
+    ) -> None:
         script = tmp / "server.py"
         script.write_text(FAKE_SERVER)
         self.stamp = tmp / "crashed-at"
         self.out = (tmp / "out").open("wb+")
         self.err = (tmp / "err").open("wb+")
-        cmd = server or [sys.executable, str(script), str(LOG), str(self.stamp)]
+        fake = [sys.executable, str(script), str(LOG), str(self.stamp), *([later] if later else [])]
+        cmd = server or fake
         self.server = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=_env(), **_in_group(0))
         assert self.server.stdout is not None
         self.pgid = self.server.pid
@@ -234,6 +242,24 @@ def test_follow_tee_ctrl_c_keeps_every_line_and_reports(pipeline: Any) -> None:
     assert code == 1
     assert f"\n{VERDICT}  (" in f"\n{err}"
     assert "reading stopped at SIGINT" in " ".join(err.split())
+    _clean(err)
+
+
+def test_follow_tee_goes_on_copying_after_a_grace_report(tmp_path: Path) -> None:
+    p = Pipeline(tmp_path, ["--follow", "--tee", "--grace", str(GRACE), "-"], later="1.5")
+    try:
+        _stamp(p.stamp)
+        _until(lambda: b"still hung" in (tmp_path / "out").read_bytes(), "the later line")
+        assert p.doctor.poll() is None  # still copying
+        p.signal(signal.SIGINT)
+        code, out, err, _ = p.wait()
+    finally:
+        p.close()
+    assert out.encode() == LOG.read_bytes() + b"[2025-09-22 08:15:30] still hung\n"
+    assert code == 1
+    report, _, after = err.partition("oomdoctor: the input is still open after the report")
+    assert report.startswith(VERDICT) and "(--grace)" in report
+    assert "copying it on (--tee) until it ends or Ctrl-C" in after
     _clean(err)
 
 
@@ -509,3 +535,30 @@ def test_follow_refuses_a_compressed_file(tmp_path: Path) -> None:
     assert (proc.returncode, proc.stdout) == (3, "")
     assert "compressed or UTF-16/32" in proc.stderr
     assert f"oomdoctor diagnose {log}" in proc.stderr
+
+
+def test_a_followed_file_is_read_to_its_end_before_the_new_one(tmp_path: Path) -> None:
+    """The writer may add to the old file after the rename: that comes first, then the new file
+    from its start; the switch is told once."""
+    from oomdoctor.cli.live_sources import FollowedFile
+
+    log = tmp_path / "server.log"
+    log.write_bytes(b"one\n")
+    events: list[str] = []
+    followed = FollowedFile(str(log), events.append)
+    try:
+        assert followed.read(100, 0) == b"one\n"
+        assert followed.read(100, 0) is None
+        log.rename(tmp_path / "server.log.1")
+        log.write_bytes(b"three\n")
+        with (tmp_path / "server.log.1").open("ab") as old:
+            old.write(b"two\n")
+        assert followed.read(100, 0) == b"two\n"
+        assert events == []
+        assert followed.read(100, 0) == b"three\n"
+        assert events == ["replaced"]
+        log.write_bytes(b"3333333\n")  # cut, and written past the position, between two looks
+        assert followed.read(100, 0) == b"3333333\n"
+        assert events == ["replaced", "truncated"]
+    finally:
+        followed.close()
