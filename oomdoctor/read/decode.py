@@ -37,6 +37,7 @@ class Stats(Protocol):
     budget_stop: int | None
     budget_why: str | None
     read_error: str | None
+    binary: str | None
 
 
 class Budget(NamedTuple):
@@ -171,6 +172,39 @@ def text_encoding(head: bytes) -> str | None:
     return None
 
 
+#: Magic bytes of files that are programs or images, never logs: what each is called.
+_BINARY_MAGIC = (
+    (b"\x7fELF", "an ELF executable or library"),
+    (b"MZ", "a Windows executable"),
+    (b"\xca\xfe\xba\xbe", "a Mach-O or Java class file"),
+    (b"\xcf\xfa\xed\xfe", "a Mach-O executable"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+)
+#: Bytes no text log holds in any number: C0 controls but NUL (a log cut by copytruncate starts
+#: with NULs), TAB, LF, VT, FF, CR and ESC (colour codes), and DEL.
+_CONTROL_BYTES = bytes([*range(1, 9), 14, *range(16, 27), *range(28, 32), 127])
+
+
+def binary_kind(head: bytes) -> str | None:
+    """What the input is when its first bytes say it is no text log ("an ELF executable or
+    library", "control bytes and invalid UTF-8"), else None: a known magic number, or more than 5% of its bytes
+    (NULs aside) controls no log prints, or more than 10% not UTF-8."""
+    for magic, name in _BINARY_MAGIC:
+        if head.startswith(magic) and (magic != b"MZ" or b"\x00" in head[:64]):
+            return name
+    body = head.replace(b"\x00", b"")
+    if len(body) < 64:
+        return None
+    controls = len(body) - len(body.translate(None, _CONTROL_BYTES))
+    invalid = body.decode("utf-8", "replace").count("\ufffd")
+    return (
+        "control bytes and invalid UTF-8"
+        if controls > 0.05 * len(body) or invalid > 0.1 * len(body)
+        else None
+    )
+
+
 def needs_decoding(head: bytes) -> bool:
     """Whether an input that starts with ``head`` is compressed or UTF-16/32 (not plain bytes)."""
     return compression_of(head) is not None or text_encoding(head) is not None
@@ -303,6 +337,8 @@ class Decoder:
             if encoding is not None:
                 self._stats.encoding = encoding.upper()
                 self._text = codecs.getincrementaldecoder(encoding)(errors="replace")
+            else:
+                self._stats.binary = binary_kind(data)
         if self._text is None:
             if data:
                 yield data

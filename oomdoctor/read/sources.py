@@ -9,7 +9,7 @@ with the cut counted, never buffered whole, and decompressed output has a budget
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -20,6 +20,7 @@ from oomdoctor.read.decode import (
     Budget,
     Decoder,
     InputError,
+    binary_kind,
     needs_decoding,
     refusal,
 )
@@ -33,6 +34,7 @@ MAX_LINE = 1 << 20
 #: The notice for an input of 0 bytes (the CLI tells empty inputs by it).
 EMPTY_NOTICE = "{label}: the input is empty"
 __all__ = [
+    "BINARY_NOTICE",
     "BLOCK_SIZE",
     "EMPTY_NOTICE",
     "MAX_LINE",
@@ -40,6 +42,7 @@ __all__ = [
     "InputError",
     "ReadStats",
     "Window",
+    "binary_inputs",
     "iter_blocks",
     "label",
     "merge_stats",
@@ -64,6 +67,7 @@ class ReadStats:
     encoding: str | None = None  # "UTF-16", "UTF-16-LE", "UTF-32-BE", ... (converted to UTF-8)
     budget_stop: int | None = None  # decompressed bytes when the budget stopped the reading
     budget_why: str | None = None  # the limit it passed (read/decode.py Budget)
+    binary: str | None = None  # what the input is when it is no text ("an ELF executable ...")
 
 
 def label(name: str) -> str:
@@ -185,6 +189,7 @@ def _sniff(stream: _Readable, stats: ReadStats, budget: Budget | None) -> _Reada
     head = stream.read(SNIFF_BYTES)
     source = _Prepend(head, stream)
     if not needs_decoding(head):
+        stats.binary = binary_kind(head)
         return source
     why = refusal(head, stats.name)
     if why is not None:
@@ -301,6 +306,16 @@ def iter_blocks(
         yield carry + b"\n"
 
 
+#: The notice for an input that is no text log; :func:`binary_inputs` finds it again.
+BINARY_NOTICE = "{label} is binary ({kind}), not a text log"
+_BINARY_TAIL = "), not a text log"
+
+
+def binary_inputs(notices: Iterable[str]) -> list[str]:
+    """The binary-input notices among ``notices`` (the verdict says so first)."""
+    return [n for n in notices if n.endswith(_BINARY_TAIL) and " is binary (" in n]
+
+
 def read_notices(stats: ReadStats) -> list[str]:
     """What the report says about reading one input (empty, cut lines, decoding, budget)."""
     out = []
@@ -321,6 +336,8 @@ def read_notices(stats: ReadStats) -> list[str]:
         out.append(f"{name}: {stats.compression}-compressed input was decompressed")
     if stats.encoding:
         out.append(f"{name}: {stats.encoding} input was converted to UTF-8")
+    if stats.binary:
+        out.append(BINARY_NOTICE.format(label=name, kind=stats.binary))
     if stats.budget_stop is not None:
         out.append(
             f"{name}: decompressed input stopped at {stats.budget_stop / 2**30:.2f} GiB, "

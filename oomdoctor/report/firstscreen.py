@@ -234,6 +234,12 @@ _ENVELOPE = re.compile(r"^\s*(?:\[[^\]]*\]|\(\w+ pid=\d+\))\s*")
 ELLIPSIS = "…"
 
 
+def numbers(text: str) -> list[str]:
+    """The numbers of ``text`` outside its envelope, in order."""
+    envelope = _ENVELOPE.match(text)
+    return _NUMBER.findall(text[envelope.end() :] if envelope else text)
+
+
 def middle_cut(text: str, room: int, keep: tuple[str, ...] = ()) -> str:
     """``text`` in at most ``room`` characters: the run that is cut out (shown as ``…``) is the
     one that breaks the fewest numbers (those of the line's envelope count for nothing), nearest
@@ -241,8 +247,16 @@ def middle_cut(text: str, room: int, keep: tuple[str, ...] = ()) -> str:
     mask the count includes) is never cut into or out."""
     if len(text) <= room:
         return text
-    drop = len(text) - max(room, 1) + 1
     envelope = _ENVELOPE.match(text)
+    if envelope and not any(k in envelope.group() for k in keep if k):
+        text = text[envelope.end() :]  # the time and rank: the row shows the rank, JSON the rest
+        envelope = None
+        if len(text) <= room:
+            return text
+    cut_before = text.endswith(ELLIPSIS)  # cut at its end already (build.py): cut there again
+    if cut_before:
+        text = text[: -len(ELLIPSIS)]
+    drop = len(text) - max(room, 1) + 1
     free_until = envelope.end() if envelope else 0
     weighted = [
         (m.start(), m.end(), 0 if m.end() <= free_until else 1) for m in _NUMBER.finditer(text)
@@ -250,13 +264,14 @@ def middle_cut(text: str, room: int, keep: tuple[str, ...] = ()) -> str:
     for word in keep:
         weighted += [(m.start(), m.end(), 10**6) for m in re.finditer(re.escape(word), text)]
     middle = (len(text) - drop) / 2
-    best: tuple[int, int, float, int] | None = None
+    best: tuple[int, int, bool, float, int] | None = None
     for start in range(len(text) - drop + 1):
         end = start + drop
         score = sum(w for s, e, w in weighted if s < end and e > start)
         in_envelope = max(0, min(end, free_until) - start)  # cutting the envelope costs least
-        key = (score, -in_envelope, abs(start - middle), start)
+        at_end = cut_before and end == len(text)
+        key = (score, -in_envelope, not at_end, abs(start - middle), start)
         if best is None or key < best:
             best = key
-    start = best[3] if best else 0
+    start = best[4] if best else 0
     return text[:start] + ELLIPSIS + text[start + drop :]

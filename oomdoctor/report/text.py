@@ -20,6 +20,7 @@ from oomdoctor.report.firstscreen import (
     gib_text,
     known_rows,
     middle_cut,
+    numbers,
     oom_rows,
     rank_table,
 )
@@ -126,6 +127,16 @@ def _table(console: Any, title: str, rows: list[tuple[str, str]]) -> None:
     console.print(Text(f"{title:<{left}}  {'value':>{right}}", style="bold"))
     for name, value in rows:
         console.print(Text(f"{name:<{left}}  {value:>{right}}"))
+
+
+def evidence_text(text: str, room: int, width: int) -> str:
+    """An evidence line in one row when a cut in its middle keeps every number, else in at most
+    EVIDENCE_ROWS rows, cut where the fewest numbers are."""
+    one = middle_cut(text, max(room, 40), keep=(MASK,))
+    if numbers(one) == numbers(text):
+        return one
+    wider = max(room + (EVIDENCE_ROWS - 1) * width, width + width // 2)
+    return middle_cut(text, wider, keep=(MASK,))
 
 
 def _oom_table(console: Any, oom: OomRows) -> None:
@@ -272,8 +283,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
                 where += f" [{one_line(decided[e['line']])}]"
             # two terminal rows at most, cut in the middle where the fewest numbers are (the
             # JSON has the whole line); a mask the redaction count includes stays in view
-            room = max(EVIDENCE_ROWS * width - len(where) - 6, 80)
-            text = middle_cut(one_line(e["text"]), room, keep=(MASK,))
+            text = evidence_text(one_line(e["text"]), width - len(where) - 4, width)
             console.print(Text(f"  {where}: ", style="cyan") + Text(text))
     for n in report["notices"]:
         console.print(Text(f"note: {n}", style="dim"))

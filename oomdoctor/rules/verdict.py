@@ -16,9 +16,11 @@ from oomdoctor.model import (
     Verdict,
     VllmBudget,
 )
+from oomdoctor.read.sources import binary_inputs
 from oomdoctor.rules.engine import doubt_of
 from oomdoctor.rules.features import Feature
 from oomdoctor.rules.schema import Finding, Rule
+from oomdoctor.rules.signals import signal_of
 from oomdoctor.units import size
 
 #: A runner-up of another category this close in priority makes the verdict less certain.
@@ -50,6 +52,9 @@ def decide(
         if rival is not None and rival.question:
             alternatives = (Alternative(rival.category, _runner_up(value), rival.question),)
     summary = _summary(rule, incident, budget, primary)
+    died = _died_of(rule, findings[0], primary)
+    if died:
+        summary = f"{summary[:-1]}; it died of {died}."
     if rule.user:  # said in the summary, so that every format (text, Markdown, JSON) shows it
         summary += f" [user rule {rule.id}, from --rules {rule.path}]"
     return Verdict(
@@ -60,6 +65,15 @@ def decide(
         explanation={"what": rule.what, "why": rule.why, "remedy": rule.remedy},
         alternatives=alternatives,
         rule_source=str(rule.path) if rule.user else None,
+    )
+
+
+def _died_of(rule: Rule, finding: Finding, primary: Failure | None) -> str | None:
+    """The signal a process died of, where the verdict is that nothing ran out of memory."""
+    if rule.category not in ("not_oom", "unknown"):
+        return None
+    return signal_of(
+        [*(e.line.raw for e in finding.evidence), *([primary.message] if primary else [])]
     )
 
 
@@ -181,6 +195,12 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
 
 
 def _unknown_summary(incident: Incident, primary: Failure | None) -> str:
+    binary = "; ".join(binary_inputs(incident.notices))
+    if binary and primary is None:
+        return (
+            f"{binary[:1].upper()}{binary[1:]}: nothing in it reads as log lines. Give oomdoctor "
+            "the server's output (a text file, or the output piped in)."
+        )
     seen = []
     if incident.engine:
         seen.append(
