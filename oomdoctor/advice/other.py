@@ -3,101 +3,13 @@
 from __future__ import annotations
 
 from oomdoctor.advice.context import Context, halve
+from oomdoctor.advice.holders import message_holders, snapshot_holders
 from oomdoctor.advice.sglang_fraction import lower_action, raise_fraction
 from oomdoctor.budget import targets
-from oomdoctor.judge.holders import top
 from oomdoctor.model import Action, number
 
 #: Above this many retractions an hour the pool is too small for the load, not just busy.
 FREQUENT_RETRACTIONS_PER_HOUR = 30.0
-
-
-def _holder_action(ctx: Context, pid: int, gib: float, where: str, detail: str) -> Action:
-    y = ctx.sglang.mem_fraction_static
-    cost = f"; it costs the KV pool {y * gib:.2f} GiB (y × held = {y:.2f} × {gib:.2f})" if y else ""
-    actor = ctx.primary.line.actor_pid if ctx.primary else None
-    who = f"Process {pid}{detail}"
-    if actor is not None and pid == actor:
-        who += " (the Ray worker that hosts this server: a co-located trainer)"
-    return Action(
-        text=f"{who} holds {gib:.2f} GiB on {where}: stop it, move it to another GPU, or release "
-        f"its memory before the server runs{cost}.",
-    )
-
-
-def _more(count: int, gib: float, where: str) -> Action:
-    """The holders past the largest few: one action for all of them."""
-    return Action(
-        text=f"{count} more processes hold {gib:.2f} GiB together on {where}: the largest are "
-        "named above; `nvidia-smi` on the host lists them all.",
-    )
-
-
-def snapshot_holders(ctx: Context) -> list[Action]:
-    gpu = ctx.gpu
-    if gpu is None or gpu.snapshot is None:
-        return []
-    out = []
-    sized = [h for h in gpu.foreign if h.gib is not None]
-    shown = top(sized, lambda h: h.gib)
-    for h in (sized[i] for i in shown.kept):
-        assert h.gib is not None
-        name = h.name or "unknown name: another PID namespace"
-        if h.why.startswith("possibly another server"):
-            name += ", possibly another server"  # named like one; nothing ties it to the log
-        since = {True: ", there since before the server started", False: ", arrived after start"}
-        detail = (
-            f" ({name}{since.get(h.present_at_start, '')})"
-            if h.present_at_start is not None
-            else f" ({name})"
-        )
-        where = h.device.label if h.device is not None else "the server's GPU"
-        out.append(_holder_action(ctx, h.pid, h.gib, where, detail))
-    if shown.more:
-        out.append(_more(shown.more, shown.more_gib, "the server's GPUs"))
-    for dev, gap in gpu.unattributed:
-        out.append(
-            Action(
-                text=f"{gap:.2f} GiB in use on {dev.label} belongs to no listed process (another "
-                "container, or a driver-level allocation): check `nvidia-smi` on the host.",
-            )
-        )
-    return out
-
-
-def message_holders(ctx: Context) -> list[Action]:
-    if ctx.oom is None:
-        return []
-    oom, view = ctx.oom.message, ctx.oom.holders
-    where = f"GPU {oom.gpu}" if oom.gpu is not None else "the GPU"
-    foreign = [h for h in view.holders if h.role == "foreign"]
-    shown = top(foreign, lambda h: h.gib)
-    out = [
-        _holder_action(ctx, h.pid or 0, h.gib, where, "") for h in (foreign[i] for i in shown.kept)
-    ]
-    if shown.more:
-        out.append(_more(shown.more, shown.more_gib, where))
-    hidden = view.hidden_gib or 0.0
-    if hidden > 2.0 and view.self_estimated:
-        own = (view.unattributed_gib or 0.0) - hidden
-        out.append(
-            Action(
-                text=f"{view.unattributed_gib:.2f} GiB in use on {where} is outside this "
-                f"process's PyTorch allocator and no process the message lists holds it; at most "
-                f"{own:.2f} GiB of that can be this process's own CUDA context and workspaces, so "
-                f"≥ {hidden:.2f} GiB belongs to another process (another container or PID "
-                "namespace): check `nvidia-smi` on the host, or run `oomdoctor snapshot` there.",
-            )
-        )
-    elif hidden > 2.0:
-        out.append(
-            Action(
-                text=f"{hidden:.2f} GiB in use on {where} belongs to no process the message lists "
-                "(another container or PID namespace): check `nvidia-smi` on the host, or run "
-                "`oomdoctor snapshot` there.",
-            )
-        )
-    return out
 
 
 def free_gpu(ctx: Context) -> list[Action]:

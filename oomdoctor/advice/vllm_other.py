@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from oomdoctor.advice import vllm_profiling
 from oomdoctor.advice.context import Context, halve
-from oomdoctor.advice.other import message_holders, snapshot_holders
+from oomdoctor.advice.holders import message_holders, snapshot_holders
 from oomdoctor.advice.vllm_fraction import FLAG, lower_utilization
 from oomdoctor.model import Action
 

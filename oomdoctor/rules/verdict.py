@@ -179,6 +179,8 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
             part += f" of {size(oom.total_gib)}"
             if oom.requested_gib >= oom.total_gib:
                 part += ", more than the whole card: no fraction can fit it"
+        if oom.free_gib is not None and oom.requested_gib <= oom.free_gib:
+            part += _gap(oom.requested_gib, oom.free_gib, oom.reserved_unallocated_gib)
         numbers.append(part)
     if (
         rule.category in ("runtime_activation", "encoder_starvation")
@@ -192,6 +194,20 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
     if numbers:
         text += ": " + "; ".join(numbers)
     return text + "."
+
+
+def _gap(requested: float, free: float, unallocated: float | None) -> str:
+    """Why a request no larger than the free memory failed: the message cannot say which."""
+    pieces = (
+        f", and PyTorch held {size(unallocated)} reserved but unallocated"
+        if unallocated is not None and unallocated >= 0.01
+        else ""
+    )
+    return (
+        f" ({size(free - requested)} more than asked): so the free memory was not in one piece "
+        f"(fragmentation{pieces}) or another allocation took it at the same moment (a "
+        "concurrent allocation, of this process or of the other one)"
+    )
 
 
 def _unknown_summary(incident: Incident, primary: Failure | None) -> str:
