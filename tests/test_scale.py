@@ -180,3 +180,27 @@ def test_a_million_small_gzip_members_are_each_fed_a_bounded_piece() -> None:
     out = b"".join(dec.feed(members)) + b"".join(dec.close())
     assert out.count(b"\n") == 3000
     assert max(fed) <= 1 << 14 and len(fed) <= len(members) // (1 << 14) + 1
+
+
+def test_idle_streams_are_forgotten_and_the_verdict_stays(
+    tmp_path: Path, rules: tuple[Rule, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stream per PID would be kept for 100k workers; past 2 × MAX_IDLE_STREAMS the old
+    ones holding only their last line go, and the failing worker's stream is kept."""
+    from oomdoctor.incident import assemble
+
+    log = workers_log(tmp_path / "w.log", 300)
+    whole = build_report(pipeline.run([str(log)], rules))
+    kept: list[int] = []
+    real = assemble.Assembler.incident
+
+    def counted(self: assemble.Assembler) -> object:
+        kept.append(len(self._streams))
+        return real(self)
+
+    monkeypatch.setattr(assemble, "MAX_IDLE_STREAMS", 16)
+    monkeypatch.setattr(assemble.Assembler, "incident", counted)
+    bounded = build_report(pipeline.run([str(log)], rules))
+    assert kept and kept[0] <= 2 * 16 + 1
+    assert bounded["verdict"] == whole["verdict"] and bounded["actions"] == whole["actions"]
+    assert bounded["failure"] == whole["failure"]

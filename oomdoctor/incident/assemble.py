@@ -28,6 +28,9 @@ from oomdoctor.rules.clock import PatternClock
 Handler = Callable[[Stream, Fact], None]
 #: Lines whose refused settings the notice names.
 MAX_REFUSED_ARGS = 3
+#: Streams (one per source and PID) kept however little they hold; past twice as many, the
+#: older ones that hold nothing but their last line are forgotten.
+MAX_IDLE_STREAMS = 4096
 
 
 class Assembler:
@@ -75,7 +78,11 @@ class Assembler:
         else:
             self._versions.observe(line)
             self._detector.line(line, "marker" in kinds)
-        stream = self._streams.setdefault((line.source, line.actor_pid), Stream())
+        key = (line.source, line.actor_pid)
+        stream = self._streams.pop(key, None) or Stream()
+        self._streams[key] = stream  # the most recent last: idle old ones can go
+        if len(self._streams) > 2 * MAX_IDLE_STREAMS:
+            self._forget_idle()
         if stream.open_oom is None and line.actor_pid is None and line.style is None:
             # A bare line right after a prefixed OOM message is its re-wrapped continuation.
             stream = self._wrapping_stream(line) or stream
@@ -101,6 +108,17 @@ class Assembler:
         if "frame" not in kinds:
             stream.last_line = line
         return stream
+
+    def _forget_idle(self) -> None:
+        """Keep the MAX_IDLE_STREAMS most recent streams; of the older ones, those holding
+        nothing but their last line go (a log of 100k worker PIDs would keep one each)."""
+        excess = len(self._streams) - MAX_IDLE_STREAMS
+        for key in list(self._streams):
+            if excess <= 0:
+                break
+            if self._streams[key].idle:
+                del self._streams[key]
+                excess -= 1
 
     def _wrapping_stream(self, line: Line) -> Stream | None:
         """The stream whose OOM message a bare line may continue: only streams with an open

@@ -19,6 +19,8 @@ from oomdoctor.rules.clock import PatternClock
 
 #: Evidence lines kept per engine (the first ones).
 MAX_EVIDENCE = 3
+#: Process names whose engine markers are remembered (a name per worker rank can be 100k).
+ACTOR_CACHE = 4096
 
 
 class Detected(NamedTuple):
@@ -114,6 +116,8 @@ class Detector:
         found = self._actor_cache.get(actor)
         if found is None:
             found = tuple(m for m in self._actor if self._actor_matches(m, actor))
+            if len(self._actor_cache) >= ACTOR_CACHE:  # `VllmWorker rank=N`: one name per rank
+                self._actor_cache.clear()
             self._actor_cache[actor] = found
         return found
 

@@ -98,6 +98,19 @@ class Stream:
         if self.frames:
             self.frames[-1] = self.frames[-1]._replace(code=code)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing open and nothing to attach to: only its last line would be lost."""
+        return not (
+            self.open
+            or self.frames
+            or self.open_oom is not None
+            or self.oom_parts
+            or self.last_failure is not None
+            or self.capture_failed is not None
+            or self.warmup
+        )
+
     def end(self) -> None:
         self.open = False
         self.header = False
