@@ -166,3 +166,23 @@ def test_the_diff_shows_the_fraction_as_passed() -> None:
     )
     assert "- --mem-fraction-static 0.70\n" in result.stdout
     assert "+ --mem-fraction-static 0.79\n" in result.stdout
+
+
+MATRIX = [
+    ("--gpu", "L4", "--model", str(CONFIGS / "Qwen--Qwen2.5-7B-Instruct-1M")),  # a PP lever
+    ("--gpu", "RTX 3090", "--model", str(CONFIGS / "deepseek-ai--DeepSeek-V2-Lite-Chat")),
+    ("--gpu", "RTX 3090", "--model", str(CONFIGS / "Qwen--Qwen2.5-VL-7B-Instruct")),
+    ("--gpu", "H100", "--model", str(CONFIGS / "mistralai--Mixtral-8x7B-Instruct-v0.1")),
+    ("--gpu", "H100", "--model", str(CONFIGS / "meta-llama--Llama-3.1-70B-Instruct")),
+    ("--gpu", "V100-16G", "--model", str(CONFIGS / "meta-llama--Llama-3.1-8B-Instruct")),
+]
+
+
+@pytest.mark.parametrize("base", MATRIX, ids=lambda a: f"{a[3].rsplit('/', 1)[-1]} on {a[1]}")
+def test_every_printed_launch_replans_as_fine(base: tuple[str, ...]) -> None:
+    code, data = run(*base)
+    plan = data["plan"]
+    assert code == 1 and plan["levers"], plan["summary"]
+    for lever in plan["levers"]:
+        again_code, again = replan(base, lever["command"])
+        assert again_code == 0 and again["plan"]["verdict"] == "fine", (lever, again["plan"])
