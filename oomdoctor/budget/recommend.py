@@ -131,8 +131,8 @@ def recommend(b: SglangBudget, suggested: float | None = None) -> Recommendation
         return Recommendation(
             None,
             "unknown",
-            "the log does not give the memory before and "
-            "after loading the weights, so no value can be computed",
+            "The memory free before and after the weights load is not known, so no value can "
+            "be computed.",
         )
     reason = no_fit_reason(b._replace(window=b.window._replace(low=low)))
     if reason is not None:
