@@ -61,7 +61,9 @@ class Interrupts:
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():
             for sig in _NAMES:
-                self._old[sig] = signal.signal(sig, self._handle)
+                # ignored when we started (a background job of a script, nohup): left so
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
