@@ -148,3 +148,25 @@ def test_evidence_lines_keep_their_numbers_when_cut(
     assert "…" in evidence
     for number in numbers:
         assert number in evidence, evidence
+
+
+def test_an_oom_with_no_phase_and_no_site_is_below_60_with_its_question(tmp_path: Path) -> None:
+    """PyTorch 1.x's message alone: nothing says when or where it failed."""
+    log = tmp_path / "oom.log"
+    log.write_text(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; "
+        "79.35 GiB total capacity; 76.10 GiB already allocated; 1.20 GiB free; 77.00 GiB "
+        "reserved in total by PyTorch)\n",
+        "utf-8",
+    )
+    result = CliRunner().invoke(cli, ["diagnose", str(log), "--no-gpu", "--format", "json"])
+    data = json.loads(result.stdout)
+    assert data["judgement"]["phase"]["value"] == "unknown"
+    v = data["verdict"]
+    assert v["confidence"] < 0.6
+    [alternative] = v["alternatives"]
+    assert alternative["category"] != v["category"] and alternative["question"].endswith(
+        "Paste the lines before the traceback."
+    )
+    screen = text(log)
+    assert f"Or {alternative['category']} (" in screen.split("What to change")[0]

@@ -12,7 +12,7 @@ def render(report: dict[str, Any]) -> str:
     import jinja2
 
     from oomdoctor.report.labels import holder_label, visible_tree
-    from oomdoctor.report.md_safe import code, escape, fence, fence_lines
+    from oomdoctor.report.md_safe import code, escape, fence, fence_lines, prose
 
     report = visible_tree(report)
     env = jinja2.Environment(
@@ -37,6 +37,7 @@ def render(report: dict[str, Any]) -> str:
     env.filters["fence_lines"] = fence_lines
     env.filters["code"] = code
     env.filters["esc"] = escape
+    env.filters["prose"] = prose
     from oomdoctor.report.firstscreen import (
         CHANGE_LABEL,
         alternatives_label,

@@ -28,11 +28,14 @@ _BACKTICKS = re.compile(r"`+")
 #: An info string is ours (``diff``, ``sh``): keep it to characters that cannot end the fence line.
 _INFO = re.compile(r"[^A-Za-z0-9_+.-]")
 # Characters that can start emphasis, code, links, images, HTML, entities, math, headings or
-# table cells anywhere in a line. ('#' anywhere: a trailing "#" run would close a heading.)
-_SPECIAL = re.compile(r"([\\`*_\[\]<>!|~&$#])")
-# At the start of a line these open a list, a setext heading or a thematic break ("#" and ">"
-# are escaped everywhere by _SPECIAL).
-_LINE_START = re.compile(r"^(\s*)(?:([+\-=])|(\d+)([.)]))")
+# table cells anywhere in a line. ('#' anywhere: a trailing "#" run would close a heading.) An
+# underscore inside a word (``y_min``, ``startup_kv_alloc``) starts no emphasis in CommonMark:
+# it stays as it is, so the source reads as plain text.
+_SPECIAL = re.compile(r"([\\`*\[\]<>!|~&$#]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+# At the start of a line these open a list (a marker and a space), a setext heading or a
+# thematic break (a line of "-", "=", "+" only); "#" and ">" are escaped everywhere by _SPECIAL.
+# "-5.40 GiB", "--flag" and "78.00 GiB" open nothing and keep their characters.
+_LINE_START = re.compile(r"^(\s*)(?:([+\-])(?=\s|$)|([=\-])(?=[=\-\s]*$)|(\d{1,9})([.)])(?=\s|$))")
 #: The colon after a URI scheme ("https://", "mailto:", "xmpp:"), which the GFM autolink
 #: extension and linkify key on. Any letter before it: a scheme can follow an escaped "_".
 _SCHEME = re.compile(r"(?<=[A-Za-z]):(?=\S)")
@@ -65,15 +68,53 @@ def code(text: object) -> str:
     return f"{ticks}{pad}{flat}{pad}{ticks}"
 
 
-def escape(text: object) -> str:
-    """Plain text, on one line, that renders as itself: no Markdown, HTML, link or mention."""
-    flat = _SPECIAL.sub(r"\\\1", " ".join(visible(str(text)).split()))
+def escape(text: object, start: bool = True) -> str:
+    """Plain text, on one line, that renders as itself: no Markdown, HTML, link or mention.
+    ``start=False``: the text goes after other text on its line (no list can start there)."""
+    raw = visible(str(text))
+    flat = " ".join(raw.split())
+    if raw[:1].isspace() and not start:
+        flat = " " + flat  # a fragment keeps the space that parts it from what is before it
+    if raw[-1:].isspace() and flat.strip():
+        flat += " "
+    flat = _SPECIAL.sub(r"\\\1", flat)
     flat = _DOT.sub(r"\\.", _SCHEME.sub(r"\\:", flat))
     flat = _HANDLE.sub(rf"\1{WORD_JOINER}", flat)
-    return _LINE_START.sub(_escape_line_start, flat)
+    return _LINE_START.sub(_escape_line_start, flat) if start else flat
 
 
 def _escape_line_start(m: re.Match[str]) -> str:
-    if m.group(2):  # "- x", "+ x", "---", "==="
-        return f"{m.group(1)}\\{m.group(2)}"
-    return f"{m.group(1)}{m.group(3)}\\{m.group(4)}"  # "1. x" → "1\. x"
+    if m.group(2) or m.group(3):  # "- x", "+ x", "---", "==="
+        return f"{m.group(1)}\\{m.group(2) or m.group(3)}"
+    return f"{m.group(1)}{m.group(4)}\\{m.group(5)}"  # "1. x" → "1\. x"
+
+
+#: What reads as code in our own sentences: a span the text already marks (`dmesg -T`), a flag
+#: with its value (``--mem-fraction-static 0.82``), an environment setting
+#: (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), a source file (``model_runner.py:1317``)
+#: or a size (``3.96 GiB``). Other numbers stay prose: mid-line they need no escape.
+_CODE_LIKE = re.compile(
+    r"`(?P<span>[^`\n]+)`"
+    r"|(?P<flag>(?<![\w-])--[a-z][\w.-]*[a-z0-9]"
+    r"(?:[ =](?:-?\d[\d,.]*\d|-?\d|[a-z0-9_]*\d[a-z0-9_]*)(?![\w.]))?)"
+    r"|(?P<env>(?<![\w-])[A-Z][A-Z0-9_]{2,}=[\w.:,+-]*\w)"
+    r"|(?P<path>(?<![\w./-])[\w./-]*\w\.(?:py|pyx|cpp|cc|cu|cuh|h|hpp|so)(?::\d+)?(?![\w.]))"
+    r"|(?P<size>(?<![\w.])-?\d[\d,]*(?:\.\d+)?\s?(?:GiB|MiB|KiB|TiB|GB|MB)\b)"
+)
+
+
+def prose(text: object) -> str:
+    """One line of our own words (which may quote log text) for Markdown: flags, settings,
+    sizes and numbers in code spans, so the source reads as plain text with no escapes in them,
+    and everything else through :func:`escape`."""
+    flat = " ".join(visible(str(text)).split())
+    out: list[str] = []
+    last = 0
+    for m in _CODE_LIKE.finditer(flat):
+        if m.start() > last:
+            out.append(escape(flat[last : m.start()], start=not out))
+        out.append(code(m.group("span") if m.group("span") is not None else m.group()))
+        last = m.end()
+    if last < len(flat) or not out:
+        out.append(escape(flat[last:], start=not out))
+    return "".join(out)
