@@ -96,7 +96,7 @@ def test_gzip_and_output_file(tmp_path: Path) -> None:
     target = tmp_path / "report.md"
     code, out, _ = run("diagnose", str(gz), "--format", "markdown", "-o", str(target))
     assert code == 1 and out == ""
-    assert "startup\\_kv\\_alloc" in target.read_text()
+    assert "`startup_kv_alloc`" in target.read_text()
 
 
 def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
