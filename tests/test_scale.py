@@ -204,3 +204,25 @@ def test_idle_streams_are_forgotten_and_the_verdict_stays(
     assert kept and kept[0] <= 2 * 16 + 1
     assert bounded["verdict"] == whole["verdict"] and bounded["actions"] == whole["actions"]
     assert bounded["failure"] == whole["failure"]
+
+
+def test_a_message_every_worker_prints_is_matched_once(
+    tmp_path: Path, rules: tuple[Rule, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted: the signatures run once per distinct message text, not once per worker."""
+    from oomdoctor.extract import facts
+
+    calls: list[int] = [0]
+    real = facts.SignatureMatcher.match
+
+    def counted(self: facts.SignatureMatcher, text: str) -> object:
+        calls[0] += 1
+        return real(self, text)
+
+    monkeypatch.setattr(facts.SignatureMatcher, "match", counted)
+    seen = []
+    for n in (50, 500):
+        calls[0] = 0
+        pipeline.run([str(workers_log(tmp_path / f"m{n}.log", n))], rules)
+        seen.append(calls[0])
+    assert seen[1] <= seen[0] + 10, seen

@@ -19,6 +19,8 @@ MAX_EVIDENCE = 2000
 REFUSED = "_refused"
 #: Refused numbers named in the notice (the rest are counted).
 REFUSED_SHOWN = 3
+#: Texts whose facts are remembered: a log of many workers prints each message once per worker.
+MEMO_SIZE = 4096
 #: The kind of every rule pattern's facts starts so (``pattern:<rule id>.<name>``).
 RULE_PATTERN = "pattern:"
 
@@ -131,6 +133,10 @@ class Extractor:
         self.clock = PatternClock(pattern_budget) if pattern_budget is not None else None
         self._streams: dict[tuple[int, int | None], _Stream] = {}
         self._frame_at: dict[int, int] = {}  # source -> the line number of its last frame
+        #: text → (its anchors, its facts as (kind, data), the numbers it refused)
+        self._memo: dict[
+            str, tuple[set[str], tuple[tuple[str, Mapping[str, Scalar]], ...], tuple[str, ...]]
+        ] = {}
         self._order: dict[int, int] = {}
         self.disabled: dict[str, str] = {}  # kind → why
         self._refused: list[tuple[int, int, str]] = []
@@ -210,7 +216,8 @@ class Extractor:
         if env.enveloped:
             stream.rank, stream.ts = env.rank, env.ts or stream.ts
         text = env.text
-        anchors = self.scanner.anchors_in(text)
+        memo = self._memo.get(text)
+        anchors = memo[0] if memo is not None else self.scanner.anchors_in(text)
         code = not anchors and number == self._frame_at.get(source, -2) + 1
         if not anchors and not code:
             return None
@@ -230,7 +237,24 @@ class Extractor:
         )
         if code:  # the source line under a frame: the assembler attaches it to the frame
             return line, [Fact("code", line)]
+        if memo is not None:  # the same text was matched before (another worker's line)
+            for refused in memo[2]:
+                self._refuse(source, number, refused)
+            facts = [Fact(kind, line, found) for kind, found in memo[1]]
+        else:
+            facts = self._match(source, number, text, line, anchors)
+        if any(f.kind == "frame" for f in facts):
+            self._frame_at[source] = number
+        return (line, facts) if facts else None
+
+    def _match(
+        self, source: int, number: int, text: str, line: Line, anchors: set[str]
+    ) -> list[Fact]:
+        """The facts of a text, by every matcher one of its anchors names; remembered for the
+        text (MEMO_SIZE texts) unless a rule pattern, whose time is budgeted, took part."""
         candidates = {id(m): m for a in anchors for m in self._by_anchor.get(a, ())}
+        refusals: list[str] = []
+        budgeted = False
         facts: list[Fact] = []
         for mid in sorted(candidates, key=self._order.__getitem__):  # registration order
             matcher = candidates[mid]
@@ -238,6 +262,7 @@ class Extractor:
             if kind in self.disabled:
                 continue
             clock = self.clock if kind.startswith(RULE_PATTERN) else None
+            budgeted = budgeted or kind.startswith(RULE_PATTERN)
             if clock is not None and clock.exhausted:
                 continue
             start = time.perf_counter() if clock is not None else 0.0
@@ -251,13 +276,16 @@ class Extractor:
                 if clock is not None:
                     clock.charge(time.perf_counter() - start, f"line {number}", kind)
             if found is not None and REFUSED in found:
-                self._refuse(source, number, str(found[REFUSED]))
+                refusals.append(str(found[REFUSED]))
+                self._refuse(source, number, refusals[-1])
                 found = {k: v for k, v in found.items() if k != REFUSED}
             if found is not None:
                 facts.append(Fact(kind, line, found))
-        if any(f.kind == "frame" for f in facts):
-            self._frame_at[source] = number
-        return (line, facts) if facts else None
+        if not budgeted and not self.disabled:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            self._memo[text] = (anchors, tuple((f.kind, f.data) for f in facts), tuple(refusals))
+        return facts
 
     def _refuse(self, source: int, number: int, what: str) -> None:
         self.refused_count += 1
