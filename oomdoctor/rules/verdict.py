@@ -53,7 +53,7 @@ def decide(
             alternatives = (Alternative(rival.category, _runner_up(value), rival.question),)
     summary = _summary(rule, incident, budget, primary)
     died = _died_of(rule, findings[0], primary)
-    if died:
+    if died and died.split()[0] not in summary:  # a title that names the signal says it already
         summary = f"{summary[:-1]}; it died of {died}."
     if rule.user:  # said in the summary, so that every format (text, Markdown, JSON) shows it
         summary += f" [user rule {rule.id}, from --rules {rule.path}]"
@@ -179,8 +179,17 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
             part += f" of {size(oom.total_gib)}"
             if oom.requested_gib >= oom.total_gib:
                 part += ", more than the whole card: no fraction can fit it"
-        if oom.free_gib is not None and oom.requested_gib <= oom.free_gib:
-            part += _gap(oom.requested_gib, oom.free_gib, oom.reserved_unallocated_gib)
+        if (
+            oom.free_gib is not None
+            and oom.requested_gib <= oom.free_gib
+            and rule.category not in ("not_oom", "unknown")  # those say why themselves
+        ):
+            part += _gap(
+                oom.requested_gib,
+                oom.free_gib,
+                oom.reserved_unallocated_gib,
+                rule.category == "cotenant_pressure",
+            )
         numbers.append(part)
     if (
         rule.category in ("runtime_activation", "encoder_starvation")
@@ -196,7 +205,7 @@ def _summary(rule: Rule, incident: Incident, b: Budget, primary: Failure | None)
     return text + "."
 
 
-def _gap(requested: float, free: float, unallocated: float | None) -> str:
+def _gap(requested: float, free: float, unallocated: float | None, other: bool) -> str:
     """Why a request no larger than the free memory failed: the message cannot say which."""
     pieces = (
         f", and PyTorch held {size(unallocated)} reserved but unallocated"
@@ -206,7 +215,7 @@ def _gap(requested: float, free: float, unallocated: float | None) -> str:
     return (
         f" ({size(free - requested)} more than asked): so the free memory was not in one piece "
         f"(fragmentation{pieces}) or another allocation took it at the same moment (a "
-        "concurrent allocation, of this process or of the other one)"
+        "concurrent allocation" + (", of this process or of the other one)" if other else ")")
     )
 
 
