@@ -120,3 +120,35 @@ def test_start_time_against_the_launch() -> None:
     ident = identify(_snap(early, on_time), {}, lambda g: False, {}, "2026-03-14 09:00:00")
     assert set(ident.server) == {11}
     assert "before the launch" in ident.other_server[10]
+
+
+def test_a_live_snapshot_records_parent_and_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """NVML's reader takes each visible PID's parent and start time from /proc."""
+    import os
+    import sys
+    from datetime import datetime
+
+    from oomdoctor.gpu import nvml
+    from tests import fake_nvml
+    from tests.fake_nvml import FakeGpu
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1767225600\n")
+    d = tmp_path / "4187"
+    d.mkdir()
+    (d / "cmdline").write_bytes(b"sglang::scheduler_TP0\0")
+    (d / "comm").write_text("sglang::schedul\n")
+    rest = " ".join(["0"] * 17)  # fields 5-21 (pgrp .. nice, num_threads, itrealvalue)
+    (d / "stat").write_text(f"4187 (sglang::schedul) S 4100 {rest} {90 * ticks} 0 0\n")
+    procs_on: list[tuple[int, int | None]] = [(4187, 60 * GIB), (777777, GIB)]
+    gpu = FakeGpu("GPU-aaaa", "00000000:3B:00.0", "H100", 80 * GIB, 70 * GIB, processes=procs_on)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml.make([gpu]))
+    snap = nvml.take(proc_root=tmp_path)
+    assert isinstance(snap, Snapshot)
+    procs = {p.pid: p for p in snap.processes}
+    assert procs[4187].ppid == 4100
+    started = datetime.fromisoformat(procs[4187].start_time or "")
+    assert started.timestamp() == 1767225600 + 90
+    assert procs[777777].ppid is None and procs[777777].start_time is None  # not visible

@@ -17,9 +17,11 @@ A name match alone makes a holder "possibly another server": a co-tenant, with i
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import NamedTuple
 
 from oomdoctor.gpu.snapshot import GIB, Device, Process, Snapshot
@@ -42,6 +44,28 @@ MAX_DEPTH = 64
 class Identity(NamedTuple):
     server: Mapping[int, str]  # PID → why it is this server
     other_server: Mapping[int, str]  # PID → why it is possibly another server (a name alone)
+
+
+def lineage(pid: int, proc_root: Path = Path("/proc")) -> tuple[int | None, str | None]:
+    """A live process's parent PID and start time (ISO 8601, local time) from /proc, for the
+    snapshot; (None, None) where the PID is not visible from here."""
+    try:
+        stat = (proc_root / str(pid) / "stat").read_text("ascii", "replace")
+        boot = next(
+            float(line.split()[1])
+            for line in (proc_root / "stat").read_text("ascii", "replace").splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None, None
+    fields = stat[stat.rfind(")") + 2 :].split()  # after `pid (comm) `: state, ppid, ...
+    try:
+        ppid, ticks = int(fields[1]), int(fields[19])
+        started = boot + ticks / os.sysconf("SC_CLK_TCK")
+        when = datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds")
+    except (IndexError, ValueError, OSError, OverflowError):
+        return None, None
+    return ppid, when
 
 
 def named_like_server(p: Process) -> bool:

@@ -161,6 +161,7 @@ def _mig(nvml: Any, handle: Any) -> str | None:
 def _read(nvml: Any, proc_root: Path) -> Snapshot:
     import socket
 
+    from oomdoctor.gpu.identify import lineage
     from oomdoctor.gpu.snapshot import Device, Process, Snapshot, norm_bus_id
 
     devices: list[Device] = []
@@ -198,6 +199,7 @@ def _read(nvml: Any, proc_root: Path) -> Snapshot:
             # `usedGpuMemory` is None (NOT_AVAILABLE) on MIG and WDDM: unknown, not zero.
             used_mem = getattr(info, "usedGpuMemory", None)
             name, cmdline = _describe(pid, proc_root)
+            ppid, started = lineage(pid, proc_root)  # this server is told by evidence (identify)
             processes.append(
                 Process(
                     pid=pid,
@@ -208,6 +210,8 @@ def _read(nvml: Any, proc_root: Path) -> Snapshot:
                     cmdline=cmdline,
                     visible=(proc_root / str(pid)).exists(),
                     kind="C",
+                    ppid=ppid,
+                    start_time=started,
                 )
             )
     return Snapshot(
