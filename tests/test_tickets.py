@@ -116,3 +116,20 @@ def test_svg_shows_its_numbers_and_a_legend_of_what_is_drawn(log: Path, tmp_path
         text = "".join(t.itertext())
         extent = len(text) * 7.0 / (2 if t.get("text-anchor") == "middle" else 1)
         assert x + extent <= width + 1, text
+
+
+def test_the_text_card_legend_names_what_the_bar_draws() -> None:
+    import re
+
+    done = oomdoctor("diagnose", "--no-gpu", str(WORKED), env={"COLUMNS": "100"})
+    card = done.stdout.split("The card\n", 1)[1].split("\n\n", 1)[0]
+    rows = re.split(r"\n(?=after )", card)
+    assert len(rows) == 2
+    for row in rows:
+        bar = re.search(r"\[([^\]]*)\]", row)
+        assert bar
+        drawn = set(bar.group(1)) - {" "}
+        legend = " ".join(row[bar.end() :].split())
+        named = set(re.findall(r"(?:^|; )(\S) \S", legend))
+        assert named == drawn, (named, drawn, legend)
+        assert all(len(line) <= 100 for line in row.splitlines())

@@ -97,12 +97,13 @@ def legend(seg: dict[str, Any], chars: bool = True) -> list[str]:
     ]
     if seg.get("kv_shortfall_gib"):
         items.append(f"KV short by {seg['kv_shortfall_gib']:.2f} GiB")
-    unknown = [p["label"] for p in seg["parts"] if p["gib"] is None]
-    if unknown:
-        items.append(f"not drawn: {', '.join(unknown)} unknown")
-    empty = [p["label"] for p in seg["parts"] if p["gib"] is not None and p["key"] not in drawn]
-    if empty:
-        items.append(f"none: {', '.join(empty)}")
+    hidden = [
+        f"{p['label']} " + ("unknown" if p["gib"] is None else f"{p['gib']:.2f} GiB")
+        for p in seg["parts"]
+        if p["key"] not in drawn
+    ]
+    if hidden:
+        items.append(f"not drawn: {', '.join(hidden)}")
     return items
 
 
