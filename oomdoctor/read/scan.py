@@ -104,21 +104,18 @@ class _Cursor:
         #: the index is -1 until needed: only the run's last one is passed.
         self.run: list[tuple[int, int, int, int, int, int]] = []
         self.counted: list[Counted] = []
-        #: per stats head: (the byte up to which the block was searched for it, where it was
-        #: last found there or -1), so that each candidate searches only the bytes since the
-        #: previous one (one backward search per candidate over the whole block is quadratic)
+        #: stats head → (searched up to, found at or -1): only new bytes are searched (last_head)
         self.heads: dict[bytes, tuple[int, int]] = {}
 
     def last_head(self, block: bytes, head: bytes, start: int) -> tuple[int, bool]:
-        """Where ``head`` last occurs wholly before ``start``, and whether that is news since
-        the previous call (its context line is then not yet a candidate)."""
+        """Where ``head`` last occurs before ``start``, and whether that is news (its line not
+        yet a candidate); out of order, the whole block is searched."""
         searched, found = self.heads.get(head, (0, -1))
-        if start < searched:  # out of order: search it all, remember nothing
+        if start < searched:
             return block.rfind(head, 0, start), True
         at = block.rfind(head, max(searched - len(head) + 1, 0), start)
-        news = at >= 0 and at != found
         self.heads[head] = (start, at if at >= 0 else found)
-        return (at if at >= 0 else found), news
+        return (at, at != found) if at >= 0 else (found, False)
 
     def index_of(self, block: bytes, start: int) -> int:
         """The index of the line starting at ``start`` (at or after the known one)."""
@@ -355,29 +352,23 @@ class Scanner:
         return True
 
     def _add(
-        self,
-        block: bytes,
-        start: int,
-        index: int,
-        line: bytes,
-        candidates: dict[int, bytes],
-        cursor: _Cursor,
+        self, block: bytes, start: int, index: int, line: bytes, out: dict[int, bytes], cur: _Cursor
     ) -> None:
         """A candidate, and the stats lines just before it: what the server was doing then. A
         traceback frame brings the source line printed under it (the code tells which class's
         method it is, knowledge/code.py), whatever that line holds."""
         for head in STATS_HEADS if self._stats_boring else ():
-            at, news = cursor.last_head(block, head, start)
+            at, news = cur.last_head(block, head, start)
             context = line_at(block, at, start, index) if news else None
             if context is not None:
-                candidates.setdefault(*context)
-        candidates[index] = line
+                out.setdefault(*context)
+        out[index] = line
         if FRAME_HEAD in line:
             after = start + len(line) + 1
             end = block.find(b"\n", after)
             code = block[after : end if end >= 0 else len(block)]
             if code[:1] in (b" ", b"\t") or b'File "' not in code:
-                candidates.setdefault(index + 1, code[:MAX_CODE])
+                out.setdefault(index + 1, code[:MAX_CODE])
 
     def _scan_lines(
         self,
