@@ -102,7 +102,7 @@ def test_svg_shows_its_numbers_and_a_legend_of_what_is_drawn(log: Path, tmp_path
     texts = ["".join(t.itertext()) for t in root.iter(f"{SVG_NS}text")]
     shown = " ".join(texts)
     drawn: set[str] = set()
-    for seg in (data["picture"]["before"], data["picture"]["after"]):
+    for seg in (data["picture"]["before"], data["picture"]["after"] or {"parts": []}):
         for part in seg["parts"]:
             if part["gib"]:  # every drawn size is written on the picture, not only in a tooltip
                 drawn.add(part["key"])

@@ -190,16 +190,16 @@ def picture_dict(diag: Diagnosis) -> dict[str, Any] | None:
     before = picture.segments(card.card_at(b, b.mem_fraction_static, around))
     if before is None:
         return None
-    rec = next(
-        (
-            a.value
-            for a in diag.actions
-            if a.flag
-            and not a.alternative  # the picture after the fix, not after a fallback
-            and a.flag.replace("_", "-").endswith("mem-fraction-static")
-            and isinstance(a.value, float)
-        ),
-        None,
+    # the card after fix 1, as the diff shows it: never after a later fix or a fallback (a
+    # picture of all of them at once would show a launch nobody recommended)
+    fix = diag.actions[0] if diag.actions else None
+    rec = (
+        fix.value
+        if fix is not None
+        and fix.flag
+        and fix.flag.replace("_", "-").endswith("mem-fraction-static")
+        and isinstance(fix.value, float)
+        else None
     )
     after = picture.segments(card.card_at(b, rec, around)) if rec is not None else None
     return {"before": before, "after": after, "svg": None}
