@@ -21,6 +21,8 @@ REFUSED = "_refused"
 REFUSED_SHOWN = 3
 #: Texts whose facts are remembered: a log of many workers prints each message once per worker.
 MEMO_SIZE = 4096
+#: What the extractor remembers of a text: its anchors, its facts (kind, data), its refusals.
+_Memo = tuple[set[str], tuple[tuple[str, Mapping[str, Scalar]], ...], tuple[str, ...]]
 #: The kind of every rule pattern's facts starts so (``pattern:<rule id>.<name>``).
 RULE_PATTERN = "pattern:"
 
@@ -134,9 +136,7 @@ class Extractor:
         self._streams: dict[tuple[int, int | None], _Stream] = {}
         self._frame_at: dict[int, int] = {}  # source -> the line number of its last frame
         #: text → (its anchors, its facts as (kind, data), the numbers it refused)
-        self._memo: dict[
-            str, tuple[set[str], tuple[tuple[str, Mapping[str, Scalar]], ...], tuple[str, ...]]
-        ] = {}
+        self._memo: dict[str, _Memo] = {}
         self._order: dict[int, int] = {}
         self.disabled: dict[str, str] = {}  # kind → why
         self._refused: list[tuple[int, int, str]] = []
@@ -217,7 +217,12 @@ class Extractor:
             stream.rank, stream.ts = env.rank, env.ts or stream.ts
         text = env.text
         memo = self._memo.get(text)
-        anchors = memo[0] if memo is not None else self.scanner.anchors_in(text)
+        if memo is None:
+            anchors = self.scanner.anchors_in(text)
+            if not anchors:  # a frame's code line, say: the next one like it is told at once
+                self._remember(text, (anchors, (), ()))
+        else:
+            anchors = memo[0]
         code = not anchors and number == self._frame_at.get(source, -2) + 1
         if not anchors and not code:
             return None
@@ -282,10 +287,13 @@ class Extractor:
             if found is not None:
                 facts.append(Fact(kind, line, found))
         if not budgeted and not self.disabled:
-            if len(self._memo) >= MEMO_SIZE:
-                self._memo.clear()
-            self._memo[text] = (anchors, tuple((f.kind, f.data) for f in facts), tuple(refusals))
+            self._remember(text, (anchors, tuple((f.kind, f.data) for f in facts), tuple(refusals)))
         return facts
+
+    def _remember(self, text: str, found: _Memo) -> None:
+        if len(self._memo) >= MEMO_SIZE:
+            self._memo.clear()
+        self._memo[text] = found
 
     def _refuse(self, source: int, number: int, what: str) -> None:
         self.refused_count += 1
