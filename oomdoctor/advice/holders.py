@@ -14,11 +14,16 @@ def holder_action(ctx: Context, pid: int, gib: float, where: str, detail: str) -
     cost = f"; it costs the KV pool {y * gib:.2f} GiB (y × held = {y:.2f} × {gib:.2f})" if y else ""
     actor = ctx.primary.line.actor_pid if ctx.primary else None
     if actor is not None and pid == actor:  # never a target to stop: the server runs inside it
+        saver = (
+            "call torch.cuda.empty_cache() in the trainer before vLLM's wake_up"
+            if ctx.family == "vllm"
+            else "use SGLang's memory saver (torch_memory_saver)"
+        )
         return Action(
             text=f"Process {pid}{detail} holds {gib:.2f} GiB on {where}: it is the Ray worker "
             "that hosts this server (the co-located trainer runs in it), so stopping it stops the "
             "server too. Free what the trainer holds in it before rollout: offload its weights, "
-            f"gradients and optimizer state, or use SGLang's memory saver (torch_memory_saver){cost}.",
+            f"gradients and optimizer state, or {saver}{cost}.",
         )
     return Action(
         text=f"Process {pid}{detail} holds {gib:.2f} GiB on {where}: stop it, move it to another "
