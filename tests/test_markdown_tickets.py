@@ -20,6 +20,8 @@ LOGS = [
     FIXTURES / "sglang-0.4.6" / "runtime-overlap-thread-oom.log",
     FIXTURES / "sglang-0.5.10" / "deepseek-v2-lite-kv-pressure.log",
     FIXTURES / "vllm-0.10.1" / "startup-free-memory-cotenant.log",
+    FIXTURES / "omni-0.1.9" / "stage-budgets-two-gpus.log",  # a row per stage and GPU
+    FIXTURES / "sglang-0.5.10" / "startup-kv-current-value-tp4-compose.log",  # a row per rank
 ]
 
 
@@ -71,6 +73,7 @@ def test_the_source_has_no_needless_escapes_and_no_priorities(log: Path) -> None
     assert "\\--" not in md and "\\-" + "-" not in md, "an escaped flag"
     assert not re.search(r"[A-Za-z0-9]\\_[A-Za-z0-9]", md), "an escaped underscore inside a word"
     assert "priority" not in md
+    assert [line for line in md.splitlines() if line != line.rstrip()] == []
 
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.name)
