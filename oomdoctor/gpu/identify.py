@@ -131,7 +131,8 @@ def identify(
         dev = snap.device_of(p)
         title = f"`{(p.name or p.cmdline or '')[:60]}`"
         if by_device.get(id(dev)):
-            pids = ", ".join(str(x) for x in sorted(by_device[id(dev)]))
+            mine = sorted(by_device[id(dev)])
+            pids = ", ".join(str(x) for x in mine[:3]) + (" …" if len(mine) > 3 else "")
             other[p.pid] = (
                 f"possibly another server: named {title}, but this server is PID {pids} on "
                 "that GPU (the log's evidence)"
