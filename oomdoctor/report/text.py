@@ -133,10 +133,15 @@ def evidence_text(text: str, room: int, width: int) -> str:
     """An evidence line in one row when a cut in its middle keeps every number, else in at most
     EVIDENCE_ROWS rows, cut where the fewest numbers are."""
     one = middle_cut(text, max(room, 40), keep=(MASK,))
-    if numbers(one) == numbers(text):
+    if numbers(one) == numbers(text) and one.count(MASK) == text.count(MASK):
         return one
     wider = max(room + (EVIDENCE_ROWS - 1) * width, width + width // 2)
-    return middle_cut(text, wider, keep=(MASK,))
+    cut = middle_cut(text, wider, keep=(MASK,))
+    if cut.count(MASK) == text.count(MASK):
+        return cut
+    # masks everywhere: keep every one the redaction count includes, cut after the last
+    end = text.rfind(MASK) + len(MASK)
+    return text if len(text) <= end + 1 else text[:end] + "…"
 
 
 def _oom_table(console: Any, oom: OomRows) -> None:
@@ -230,7 +235,7 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     for i, a in enumerate(report["actions"], 1):
         if i - 1 == alternatives_from:
             console.print(Text(alternatives_label(i - 1), style="bold"))
-        console.print(Text(f"{i}. ", style="bold") + Text(a["text"]))
+        console.print(Text(f"{i}. ", style="bold") + Text(one_line(a["text"])))
         if a.get("basis"):
             console.print(Text(f"   basis: {a['basis']}", style="dim"))
     if v.get("why"):
