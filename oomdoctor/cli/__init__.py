@@ -120,7 +120,7 @@ def _main(debug: bool) -> None:
         sys.exit(130)
     except click.ClickException as exc:
         try:
-            exc.show()
+            _show_click_error(exc)
         except OSError:
             silence(sys.stderr)
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
@@ -145,6 +145,18 @@ def _main(debug: bool) -> None:
         say("rerun with --debug for the traceback and report it with the log", prefix="hint: ")
         sys.exit(EXIT_INTERNAL)
     sys.exit(EXIT_OK)
+
+
+def _show_click_error(exc: click.ClickException) -> None:
+    """click's usage error, through the terminal filter: it quotes the file names and option
+    values it was given, and those must not act on the terminal."""
+    import io
+
+    from oomdoctor.report.terminal import safe_lines
+
+    buffer = io.StringIO()
+    exc.show(file=buffer)
+    click.echo(safe_lines(buffer.getvalue()), err=True, nl=False)
 
 
 def _flushed(code: int | str | None) -> int | str | None:

@@ -114,9 +114,9 @@ def fail(message: str, hint: str | None = None, code: int = EXIT_INPUT) -> NoRet
 
 
 def say(message: str, prefix: str = "oomdoctor: ") -> None:
-    """One line on stderr, redacted (it may echo a path or a log's text: always redacted, even
-    with --no-redact, which is about the report). A stderr that is closed, full or gone is
-    silenced: the exit code still says what happened."""
+    """One line on stderr, redacted and visible (it may echo a path or a log's text: always
+    redacted, even with --no-redact, which is about the report). A stderr that is closed, full
+    or gone is silenced: the exit code still says what happened."""
     try:
         click.echo(f"{prefix}{redact_line(message)}", err=True)
     except OSError:
@@ -124,13 +124,11 @@ def say(message: str, prefix: str = "oomdoctor: ") -> None:
 
 
 def redact_line(text: str) -> str:
-    """``text`` with its secrets masked, for a message on stderr."""
-    try:
-        from oomdoctor.report.secrets import redact_text
+    """``text`` for a message on stderr: secrets masked, control characters and newlines shown
+    (``report.terminal``), so a file name cannot write to the clipboard or forge a line."""
+    from oomdoctor.report.terminal import safe_line
 
-        return redact_text(text)
-    except Exception:  # a bug in the redactor must not hide the message itself
-        return text
+    return safe_line(text)
 
 
 def refuse_overwrite(

@@ -22,8 +22,12 @@ from oomdoctor.cli.common import (
 
 
 def _show(lines: Iterable[str]) -> None:
-    """Lines on stdout: a reader that went away ends it quietly, a full disk exits 3."""
-    write_output("".join(f"{line}\n" for line in lines), None)
+    """Lines on stdout, each one line with its secrets masked and its control characters shown
+    (a rule file's text is foreign: no OSC 52, clear-screen or erase-line reaches the terminal);
+    a reader that went away ends it quietly, a full disk exits 3."""
+    from oomdoctor.report.terminal import safe_line
+
+    write_output("".join(f"{safe_line(line)}\n" for line in lines), None)
 
 
 @click.group()
@@ -89,6 +93,7 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
 def rules_test(rule_dir: str | None) -> None:
     """Check every rule (built-in, plus DIR's) fires on its fixtures and stays silent on its confusers."""
     from oomdoctor.pipeline import fixture_features
+    from oomdoctor.report.terminal import safe_line
     from oomdoctor.rules.selftest import check_rules
 
     # Resolved first: the rules' paths, and their fixtures' (relative to each rule file), are
@@ -108,9 +113,9 @@ def rules_test(rule_dir: str | None) -> None:
     for result in check_rules(selected, fixture_features(loaded, knowledge)):
         status = "ok  " if result.ok else "FAIL"
         failures += not result.ok
-        lines = f"{status} {result.rule:<28} {result.expect:<6} {result.fixture}"
+        lines = safe_line(f"{status} {result.rule:<28} {result.expect:<6} {result.fixture}")
         if not result.ok:
-            lines += f"\n     {result.detail}"
+            lines += f"\n     {safe_line(result.detail)}"
         shown = shown and write_output(lines + "\n", None)
     if shown:
         write_output(f"{failures} failure(s)\n", None)

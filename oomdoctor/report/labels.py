@@ -21,7 +21,8 @@ _CONTROL = re.compile(f"[\x00-\x1f\x7f{ACTIVE_BEYOND_C0}]")
 
 def holder_label(p: dict[str, Any]) -> str:
     """``python3 — co-tenant (there before start)`` for one process of the GPU section."""
-    name = p["name"] or "unknown (other PID namespace)"
+    # a newline in a process name is shown, and starts no report line
+    name = one_line(p["name"]) if p["name"] else "unknown (other PID namespace)"
     role = _ROLES.get(p["role"], p["role"])
     if p["role"] == "foreign" and p.get("present_at_start") is not None:
         role += " (there before start)" if p["present_at_start"] else " (arrived after start)"
