@@ -274,11 +274,15 @@ def test_diagnostic_data_is_untouched(text: str) -> None:
 
 
 def test_every_shape_is_documented() -> None:
+    from oomdoctor.extract.lazy import LazyPattern
     from oomdoctor.report.secrets import POLICIES, SHAPES
 
     for shape in SHAPES:
-        assert shape.name and shape.example and "value" in shape.pattern.groupindex
-        assert shape.judge in {"keyed", "userinfo", "always", *POLICIES}
+        pattern = shape.pattern
+        if isinstance(pattern, LazyPattern):
+            pattern = pattern.compiled()
+        assert shape.name and shape.example and "value" in pattern.groupindex
+        assert shape.judge in {"keyed", "userinfo", "always", "client", "prefix", *POLICIES}
 
 
 def test_redact_text_is_for_messages() -> None:

@@ -7,8 +7,8 @@ The subprocess handling (process group, signals, the hang timer) lives in
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -31,6 +31,9 @@ from oomdoctor.cli.gpu_state import after_capture, capture_fields, live_snapshot
 
 if TYPE_CHECKING:
     import subprocess
+
+#: The --log copy is appended to, and created 0600: the server's output holds its keys.
+_LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -104,7 +107,7 @@ def watch(
         try:
             # unbuffered: a write that fails (a full disk) fails at once, in the copy that
             # stops and says so, never later in close()
-            log = Path(log_path).open("ab", buffering=0)  # noqa: SIM115 - closed below
+            log = os.fdopen(os.open(log_path, _LOG_FLAGS, 0o600), "ab", buffering=0)
         except OSError as exc:
             fail(f"cannot open {log_path}: {exc.strerror or exc}")
     reported = False

@@ -16,6 +16,7 @@ from typing import Any
 from oomdoctor.report.secrets import (
     MASK,
     POLICIES,
+    Carry,
     cut,
     is_secret,
     key_policy,
@@ -98,7 +99,7 @@ class Redactor:
             for path in self.paths
         )
 
-    def _text(self, s: str, path: tuple[str, ...], carried: bool = False) -> tuple[str, bool]:
+    def _text(self, s: str, path: tuple[str, ...], carried: Carry = "") -> tuple[str, Carry]:
         out, n, ended = mask(s, carried)
         self.paths.extend([path] * n)
         return out, ended
@@ -138,22 +139,22 @@ class Redactor:
         """Items in order; a line ref right below one whose text ended in a secret gets the
         continuation check (a secret wrapped over two log lines)."""
         out: list[Any] = []
-        before: tuple[Any, Any, bool] | None = None
+        before: tuple[Any, Any, Carry] | None = None
         for i, item in enumerate(items):
             here = (*path, str(i))
             if not _is_line_ref(item):
                 out.append(self.walk(item, here))
                 before = None
                 continue
-            carried = (
+            follows = (
                 before is not None
-                and before[2]
                 and before[0] == item["source"]
                 and isinstance(item["line"], int)
                 and item["line"] == before[1] + 1
             )
+            carried: Carry = before[2] if before is not None and follows else ""
             ref: dict[str, Any] = {}
-            ended = False
+            ended: Carry = ""
             for k, v in item.items():
                 if k == "text" and isinstance(v, str):
                     ref[k], ended = self._text(v, (*here, k), carried)

@@ -2,11 +2,15 @@
 
 SGLang prints api_key, admin_api_key and ssl_keyfile_password in clear text in every server_args
 line (sglang-logs.md §2.1); logs also carry tokens in URLs, headers, flags and environment dumps.
-A secret is found by the shape around it (``SHAPES``): a key, flag, header or query parameter
-whose name names a secret (``KEY_SHAPES``), with a value that its policy (``POLICIES``) calls a
-secret; a URL's userinfo; a known token prefix; a high-entropy string next to a secret word.
-A masked value that runs to the end of a line masks the token characters that start the next
-line too (a secret wrapped by hand).
+A secret is found by the shape around it (``SHAPES``, in :mod:`.secret_shapes`): a key, flag,
+header, query parameter or name/value pair whose name names a secret (``KEY_SHAPES``), with a
+value that its policy (``POLICIES``) calls a secret; a URL's userinfo; a webhook path; a client's
+password flag; a known token prefix; a high-entropy string next to a secret word.
+
+Some shapes span lines, and a line's state is carried to the next (``Carry``): a masked value
+that runs to the end of a line masks the token characters that start the next line too (a
+secret wrapped by hand); a PEM private-key block is masked up to its END line; a YAML or JSON
+``name: HF_TOKEN`` line masks the ``value:`` on the line after it.
 
 :mod:`oomdoctor.report.redact` applies this to a whole report and counts what each format shows.
 """
@@ -15,11 +19,32 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Literal, NamedTuple
+from urllib.parse import unquote
 
 from oomdoctor.extract.lazy import LazyPattern
+from oomdoctor.report.secret_shapes import (
+    ENV_ONLY,
+    KEY_SHAPES,
+    NAME_LINE,
+    PEM_BEGIN,
+    PEM_END,
+    SECRETISH,
+    SHAPES,
+    TOKEN_CHARS,
+    VALUE_CAP,
+    VALUE_LINE,
+    Shape,
+)
+
+__all__ = ["KEY_SHAPES", "MASK", "POLICIES", "SHAPES", "Carry", "cut", "mask", "redact_text"]
+
+#: What a line leaves to the next: "" nothing; "wrapped": it ended in a masked value; "named":
+#: it named a secret env entry (``- name: HF_TOKEN``); "pem": it is inside a private-key block.
+Carry = Literal["", "wrapped", "named", "pem"]
 
 MASK = "<redacted>"
 #: How far past its limit a cut may move to keep a secret whole (else it stops before it).
@@ -54,38 +79,6 @@ POLICIES = MappingProxyType(
     }
 )
 
-_WORDS = r"(?:[a-z0-9]+_)*"
-#: (normalised key pattern, policy or None): the first row that matches the whole key wins.
-#: Keys are normalised to lower-case words joined by ``_`` (``X-Amz-Signature`` →
-#: ``x_amz_signature``, ``apiKey`` → ``api_key``).
-KEY_SHAPES = tuple(
-    (LazyPattern(pattern), policy)
-    for pattern, policy in (
-        # a path, a name, a size, a count or a mode of a secret is not the secret
-        (
-            _WORDS + r"(?:file|path|dir|url|uri|name|type|mode|len|length|size|dim|dims|num|count"
-            r"|id|ids|ratio|usage|map|pool|dtype|format|kind|algorithm|version|index|header|date"
-            r"|expires|expiry|ttl|enabled|required|provider|method|backend|host|port|user"
-            r"|username|handler|states|cache|author|authors)",
-            None,
-        ),
-        (r"[a-z0-9_]*(?:password|passwd|passphrase|pwd)[a-z0-9_]*", "strong"),
-        (r"[a-z0-9_]*(?:secret|credential|signature)[a-z0-9_]*", "strong"),
-        (_WORDS + r"(?:sig|cookie|set_cookie)", "strong"),
-        (_WORDS + r"auth(?!ors?(?:_|$))[a-z0-9_]*", "strong"),
-        (_WORDS + r"api_?key", "strong"),
-        (
-            r"watermark_key(?:_b)?|watermark_config|[a-z0-9_]*_extra_config|modelexpress_config"
-            r"|kv_events_config|unified_cache_external_linker_config",
-            "strong",
-        ),
-        (r"key", "bare"),
-        (r"token", "bare"),
-        (_WORDS + r"(?:[a-z0-9]+_key|(?:access|private|master|license|signing|session)key)", "key"),
-        (_WORDS + r"(?:[a-z0-9]+_token|(?:access|refresh|session|bearer|id|api|hf)token)", "token"),
-    )
-)
-_SECRETISH = re.compile(r"(?i)key|token|secret|pass|pwd|credential|sig|auth|cookie|config")
 _AUTH_SCHEMES = frozenset({"basic", "bearer", "token", "digest", "negotiate", "apikey"})
 _TRIVIAL = frozenset(
     {
@@ -94,95 +87,6 @@ _TRIVIAL = frozenset(
         "{}", "[]", "()", "''", '""', "-", "***", "...", "redacted",
     }
 )  # fmt: skip
-
-_VALUE = (
-    r"""(?P<value>'(?:[^'\\\n]|\\.)*(?:'|$)|"(?:[^"\\\n]|\\.)*(?:"|$)"""
-    r"""|\{(?:[^{}\n]|\{[^{}\n]*\})*\}|\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]"""
-    r"""|[^\s,;&'"(){}\[\]<>…]+)"""
-)
-_TOKEN_CHARS = r"[A-Za-z0-9+/=_\-.~%]"
-
-
-class Shape(NamedTuple):
-    """One shape a secret comes in: its regex has a ``value`` group (what is masked)."""
-
-    name: str
-    example: str
-    pattern: re.Pattern[str]
-    judge: str  # "keyed": the ``key`` group's policy decides; "userinfo"; "always"; a policy
-
-
-SHAPES = (
-    Shape(
-        "key = value, 'key': 'value', \"key\": \"value\", header, query parameter",
-        "WANDB_API_KEY=…  'api_key': '…'  x-api-key: …  ?X-Amz-Signature=…",
-        re.compile(
-            r"""(?<![\w.\-/])(?P<q>['"]?)(?P<key>[A-Za-z_#$][\w.\-]{0,63})(?P=q)"""
-            r"""(?P<sep>[ \t]*:(?![:/])[ \t]*|=(?!=)|[ \t]+=[ \t]*(?=['"{]))""" + _VALUE
-        ),
-        "keyed",
-    ),
-    Shape(
-        "--flag value, --flag=value",
-        "--hf-token …  --api-key=…",
-        re.compile(
-            r"""(?<![\w\-])(?P<key>--[A-Za-z][\w\-]{0,63})(?P<sep>=|[ \t]+)"""
-            r"""(?P<value>'[^'\n]*(?:'|$)|"[^"\n]*(?:"|$)|(?!-)[^\s'"]+)"""
-        ),
-        "keyed",
-    ),
-    Shape(
-        "Authorization header",
-        "Authorization: Basic …",
-        re.compile(
-            r"""(?i)(?<![\w\-])(?:proxy-)?authori[sz]ation['"]?[ \t]*[:=][ \t]*['"]?"""
-            r"""(?:(?:basic|bearer|token|digest|negotiate|apikey)[ \t]+)?(?P<value>[^\s'",;]+)"""
-        ),
-        "always",
-    ),
-    Shape(
-        "Bearer token",
-        "Bearer …",
-        re.compile(r"(?i)\bbearer[ \t]+(?P<value>[A-Za-z0-9._~+/=\-]{8,})"),
-        "always",
-    ),
-    Shape(
-        "userinfo in any URL (the last @ before the host)",
-        "redis://:…@h  postgres://u:…@db:5432/x",
-        re.compile(
-            r"""\b[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:@/'"]{0,256}:(?P<value>[^\s'"]{1,256})"""
-            r"""@[^\s@/'"?#]*"""
-        ),
-        "userinfo",
-    ),
-    Shape(
-        "known token prefixes",
-        "sk-… sk-ant-… hf_… ghp_… github_pat_… glpat-… xoxb-… AKIA… AIza… npm_… pypi-… eyJ…",
-        re.compile(
-            r"(?P<value>\bsk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"
-            r"|\bhf_[A-Za-z0-9]{20,}"
-            r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
-            r"|\bglpat-[A-Za-z0-9_\-]{20,}"
-            r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"
-            r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
-            r"|\bAIza[0-9A-Za-z_\-]{30,}"
-            r"|\bnpm_[A-Za-z0-9]{30,}"
-            r"|\bpypi-[A-Za-z0-9_\-]{40,}"
-            r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
-        ),
-        "always",
-    ),
-    Shape(
-        "a high-entropy string of token length next to a secret word",
-        "HF token: …  password is …",
-        re.compile(
-            r"""(?i)(?<![a-z])(?:api[ _-]?key|key|token|secret|password|passwd|pwd|passphrase"""
-            r"""|credentials?|signature|auth[a-z]*)(?![a-z])(?:[ \t]+is)?[\s:=>'"(,]{1,4}"""
-            rf"(?P<value>{_TOKEN_CHARS}{{20,}})"
-        ),
-        "near",
-    ),
-)
 
 
 class _Span(NamedTuple):
@@ -193,15 +97,21 @@ class _Span(NamedTuple):
 
 
 def _normalise(key: str) -> str:
+    if "%" in key:
+        key = unquote(key)  # api%5Fkey
+    if not key.isascii():
+        key = unicodedata.normalize("NFKC", key)  # full-width letters
     key = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key)
     return re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_")
 
 
 def key_policy(key: str) -> Policy | None:
     """The policy for a value under ``key``, or None when the name names no secret."""
-    if not _SECRETISH.search(key):
+    if not SECRETISH.search(key):
         return None
     norm = _normalise(key)
+    if ENV_ONLY.fullmatch(norm):
+        return POLICIES["strong"] if key.upper() == key else None
     for pattern, policy in KEY_SHAPES:
         if pattern.fullmatch(norm):
             return None if policy is None else POLICIES[policy]
@@ -210,17 +120,15 @@ def key_policy(key: str) -> Policy | None:
 
 _NUMBER = LazyPattern(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _WORD = LazyPattern(r"[A-Za-z]{1,12}")
-_TOKENISH = LazyPattern(_TOKEN_CHARS + r"+")
+_TOKENISH = LazyPattern(TOKEN_CHARS + r"+")
 _PIECES = LazyPattern(r"[/\-._:]+")
 
 
+_CLASSES = tuple(LazyPattern(p) for p in (r"[a-z]", r"[A-Z]", r"[0-9]", r"[^A-Za-z0-9]"))
+
+
 def _classes(s: str) -> int:
-    return (
-        any(c.islower() for c in s)
-        + any(c.isupper() for c in s)
-        + any(c.isdigit() for c in s)
-        + any(not c.isalnum() for c in s)
-    )
+    return sum(p.search(s) is not None for p in _CLASSES)
 
 
 def _entropy(s: str) -> float:
@@ -248,8 +156,36 @@ def is_secret(policy: Policy, value: str) -> bool:
     return _entropy(s) >= policy.entropy
 
 
+_REST = LazyPattern(r"""[^\s,;&'"(){}\[\]<>…\\]{1,65536}""")
+_CLIENT_GROUPS = ("value", "v2", "v3", "v4")
+_RUN = LazyPattern(r"[A-Za-z0-9_\-]{1,512}")
+_UID_GID = LazyPattern(r"\d{1,10}")
+
+
+_OPENING = LazyPattern(r"""b?\\?['"]""")
+
+
+def _unquoted(line: str, vs: int, ve: int) -> tuple[int, int]:
+    """The span inside a value's quotes: ``'…'``, ``"…"``, ``b'…'``, ``\\"…\\"``."""
+    opening = _OPENING.match(line, vs, ve)
+    if opening is None:
+        return vs, ve
+    quote = opening.group().lstrip("b")
+    vs = opening.end()
+    if ve - vs >= len(quote) and line.startswith(quote, ve - len(quote)):
+        ve -= len(quote)
+    return vs, ve
+
+
 def _judge(shape: Shape, m: re.Match[str], line: str) -> tuple[int, int] | None:
     """The span to mask for one match, or None when it is no secret."""
+    if shape.judge == "client":
+        group = next(g for g in _CLIENT_GROUPS if m.group(g) is not None)
+        vs, ve = _unquoted(line, *m.span(group))
+        inner = line[vs:ve]
+        if inner.lower() in _TRIVIAL or MASK in inner or _UID_GID.fullmatch(inner):
+            return None  # docker -u 1000:1000 is a uid and a gid
+        return (vs, ve) if ve > vs else None
     vs, ve = m.span("value")
     value = m.group("value")
     if MASK in value:
@@ -265,10 +201,7 @@ def _judge(shape: Shape, m: re.Match[str], line: str) -> tuple[int, int] | None:
             or (key.upper() == key and not key.startswith("#"))  # an environment variable
         ):
             policy = POLICIES["strong"]
-        if value[:1] in "'\"":
-            vs += 1
-            if len(value) > 1 and value[-1] == value[0]:
-                ve -= 1
+        vs, ve = _unquoted(line, vs, ve)
         inner = line[vs:ve]
         if inner.lower() in _AUTH_SCHEMES:
             return None  # Authorization: Bearer …: the token after the scheme is the secret
@@ -280,12 +213,19 @@ def _judge(shape: Shape, m: re.Match[str], line: str) -> tuple[int, int] | None:
     elif shape.judge == "userinfo":
         if re.fullmatch(r"\d{1,5}(?:[/?#].*)?", value):
             return None  # host:port/path@…, not a password
+    elif shape.judge == "prefix":
+        if vs > 0 and (line[vs - 1].isalnum() or line[vs - 1] == "_"):
+            return None  # inside a longer word
+        if (run := _RUN.match(line, ve)) is not None:
+            ve = run.end()  # a token longer than the table's shape is masked whole
     elif shape.judge != "always" and not is_secret(POLICIES[shape.judge], value):
         return None
+    if ve - m.start("value") >= VALUE_CAP and (rest := _REST.match(line, ve)) is not None:
+        ve = rest.end()  # longer than a shape reads: masked to the end of its run
     return (vs, ve) if ve > vs else None
 
 
-_CONTINUATION = LazyPattern(rf"[ \t]*(?P<value>{_TOKEN_CHARS}{{4,}})(?P<end>['\"]?[ \t\r]*$)?")
+_CONTINUATION = LazyPattern(rf"[ \t]*(?P<value>{TOKEN_CHARS}{{4,}})(?P<end>['\"]?[ \t\r]*$)?")
 _PLAIN_WORD = LazyPattern(r"[A-Z]?[a-z]{1,15}")
 
 
@@ -322,28 +262,75 @@ def _matches(shape: Shape, line: str) -> list[_Span]:
     while (m := shape.pattern.search(line, pos)) is not None:
         value = _judge(shape, m, line)
         if value is not None:
-            out.append(_Span(m.start(), m.end(), *value))
+            out.append(_Span(m.start(), max(m.end(), value[1]), *value))
+            pos = max(m.end(), value[1])
+        elif shape.judge == "near":  # no key inside a token to search again for
             pos = m.end()
         else:
             pos = max(m.start("value"), m.start() + 1)
     return out
 
 
-def _scan(text: str, carried: bool = False) -> tuple[list[_Span], bool]:
-    """Every secret in ``text`` (offsets into it), and whether the last line ends in one.
+def _carried(line: str, carried: Carry) -> tuple[list[_Span], Carry | None]:
+    """What the line before makes a secret at the start of ``line``, and, inside a PEM block,
+    the state after it (None: read the line's own shapes)."""
+    if carried == "pem":
+        end = line.find(PEM_END)
+        stop = len(line.rstrip("\r")) if end < 0 else end
+        return ([_Span(0, stop, 0, stop)] if line[:stop].strip() else []), (
+            "pem" if end < 0 else None
+        )
+    if carried == "wrapped" and (cont := _continuation(line)) is not None:
+        return [_Span(*cont, *cont)], None
+    if carried == "named" and (m := VALUE_LINE.match(line)) is not None:
+        vs, ve = _unquoted(line, *m.span("value"))
+        if is_secret(POLICIES["strong"], line[vs:ve]):
+            return [_Span(m.start(), m.end(), vs, ve)], None
+    return [], None
 
-    ``carried``: the line before ``text`` ended in a masked value.
+
+def _pem(line: str) -> tuple[list[_Span], bool]:
+    """The bodies of the private-key blocks that open in ``line``, and whether the last one
+    is still open at its end."""
+    spans: list[_Span] = []
+    pos = 0
+    while (m := PEM_BEGIN.search(line, pos)) is not None:
+        end = line.find(PEM_END, m.end())
+        stop = len(line.rstrip("\r")) if end < 0 else end
+        if line[m.end() : stop].strip(" \t\\n"):
+            spans.append(_Span(m.start(), stop, m.end(), stop))
+        if end < 0:
+            return spans, True
+        pos = end + len(PEM_END)
+    return spans, False
+
+
+def _scan(text: str, carried: Carry = "") -> tuple[list[_Span], Carry]:
+    """Every secret in ``text`` (offsets into it), and what its last line carries over.
+
+    ``carried``: what the line before ``text`` left (``Carry``).
     """
     found: list[_Span] = []
     offset = 0
     for line in text.split("\n"):
-        spans: list[_Span] = []
-        if carried and (cont := _continuation(line)) is not None:
-            spans.append(_Span(*cont, *cont))
-        for shape in SHAPES:
-            spans.extend(_matches(shape, line))
-        masked = _merge([(s.value_start, s.value_end) for s in spans])
-        carried = bool(masked) and not line[masked[-1][1] :].strip(" \t\r…")
+        spans, state = _carried(line, carried)
+        if state is not None:  # the whole line is inside a PEM block
+            carried = state
+        else:
+            for shape in SHAPES:
+                spans.extend(_matches(shape, line))
+            pem, still_open = _pem(line)
+            spans += pem
+            masked = _merge([(s.value_start, s.value_end) for s in spans])
+            carried = (
+                "pem"
+                if still_open
+                else "wrapped"
+                if masked and not line[masked[-1][1] :].strip(" \t\r…")
+                else "named"
+                if (name := NAME_LINE.fullmatch(line)) and key_policy(name.group("key"))
+                else ""
+            )
         found.extend(
             _Span(s.start + offset, s.end + offset, s.value_start + offset, s.value_end + offset)
             for s in spans
@@ -352,10 +339,10 @@ def _scan(text: str, carried: bool = False) -> tuple[list[_Span], bool]:
     return found, carried
 
 
-def mask(text: str, carried: bool = False) -> tuple[str, int, bool]:
-    """``text`` with its secrets masked, how many, and whether it ends in one."""
+def mask(text: str, carried: Carry = "") -> tuple[str, int, Carry]:
+    """``text`` with its secrets masked, how many, and what its last line carries over."""
     if not text:
-        return text, 0, False
+        return text, 0, ""
     spans, ended = _scan(text, carried)
     if not spans:
         return text, 0, ended
