@@ -227,3 +227,15 @@ def test_a_message_every_worker_prints_is_matched_once(
         pipeline.run([str(workers_log(tmp_path / f"m{n}.log", n))], rules)
         seen.append(calls[0])
     assert seen[1] <= seen[0] + 10, seen
+
+
+def test_a_short_snapshot_lists_everything_in_every_format(
+    tmp_path: Path, rules: tuple[Rule, ...]
+) -> None:
+    """Nothing left out: no *_more key, and every format renders (Markdown's template is strict)."""
+    log = named_log(tmp_path / "one.log", 1)
+    report = build_report(pipeline.run([str(log)], rules, gpu=load([snapshot(tmp_path / "s", 3)])))
+    assert len(report["gpu"]["processes"]) == 3 and "processes_more" not in report["gpu"]
+    assert "holders_more" not in report["judgement"]
+    for fmt in ("text", "markdown", "json"):
+        assert "more processes" not in render(report, fmt)
