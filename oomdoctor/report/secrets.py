@@ -4,8 +4,9 @@ SGLang prints api_key, admin_api_key and ssl_keyfile_password in clear text in e
 line (sglang-logs.md §2.1); logs also carry tokens in URLs, headers, flags and environment dumps.
 A secret is found by the shape around it (``SHAPES``, in :mod:`.secret_shapes`): a key, flag,
 header, query parameter or name/value pair whose name names a secret (``KEY_SHAPES``), with a
-value that its policy (``POLICIES``) calls a secret; a URL's userinfo; a webhook path; a client's
-password flag; a known token prefix; a high-entropy string next to a secret word.
+value that its policy (``POLICIES``, in :mod:`.secret_policy`) calls a secret; a URL's
+userinfo; a webhook path; a client's password flag; a known token prefix; a high-entropy string
+next to a secret word.
 
 Some shapes span lines, and a line's state is carried to the next (``Carry``): a masked value
 that runs to the end of a line masks the token characters that start the next line too (a
@@ -17,22 +18,24 @@ secret wrapped by hand); a PEM private-key block is masked up to its END line; a
 
 from __future__ import annotations
 
-import math
 import re
-import unicodedata
-from collections import Counter
-from types import MappingProxyType
 from typing import Literal, NamedTuple
-from urllib.parse import unquote
 
 from oomdoctor.extract.lazy import LazyPattern
+from oomdoctor.report.secret_policy import (
+    AUTH_SCHEMES,
+    MASK,
+    POLICIES,
+    TRIVIAL,
+    Policy,
+    is_secret,
+    key_policy,
+)
 from oomdoctor.report.secret_shapes import (
-    ENV_ONLY,
     KEY_SHAPES,
     NAME_LINE,
     PEM_BEGIN,
     PEM_END,
-    SECRETISH,
     SHAPES,
     TOKEN_CHARS,
     VALUE_CAP,
@@ -40,53 +43,28 @@ from oomdoctor.report.secret_shapes import (
     Shape,
 )
 
-__all__ = ["KEY_SHAPES", "MASK", "POLICIES", "SHAPES", "Carry", "cut", "mask", "redact_text"]
+__all__ = [
+    "KEY_SHAPES",
+    "MASK",
+    "POLICIES",
+    "SHAPES",
+    "Carry",
+    "Policy",
+    "cut",
+    "is_secret",
+    "key_policy",
+    "mask",
+    "redact_text",
+]
 
 #: What a line leaves to the next: "" nothing; "wrapped": it ended in a masked value; "named":
 #: it named a secret env entry (``- name: HF_TOKEN``); "pem": it is inside a private-key block.
 Carry = Literal["", "wrapped", "named", "pem"]
 
-MASK = "<redacted>"
 #: How far past its limit a cut may move to keep a secret whole (else it stops before it).
 CUT_SLACK = 200
 #: How much text past its limit a cut reads to find the secrets around it.
 CUT_WINDOW = 4096
-
-
-class Policy(NamedTuple):
-    """When a value beside a secret-naming key is a secret."""
-
-    numbers_from: int | None  # a plain number of at least this many digits (None: never)
-    words: bool  # a plain word (letters only, at most 12) is masked too
-    min_len: int  # shorter values are kept
-    tokenish: bool  # only token characters, and at least two classes (lower, upper, digit, sign)
-    names: bool  # a name made of short pieces (``Llama-3.1-8B``, a UUID) is kept
-    entropy: float  # at least this many bits per character
-
-
-POLICIES = MappingProxyType(
-    {
-        # password, secret, credential, signature, cookie, auth*, api key, any query parameter
-        "strong": Policy(4, True, 1, False, False, 0.0),
-        # another ``*_key``: ``access_key``, ``private_key``
-        "key": Policy(None, False, 4, False, False, 0.0),
-        # ``*_token``: ``hf_token``, ``AWS_SESSION_TOKEN`` (``new_token: 3`` is a count)
-        "token": Policy(None, False, 6, True, False, 0.0),
-        # a lone ``key`` / ``token``: ``{'key': 'lm_head'}`` is not a secret
-        "bare": Policy(None, False, 16, True, True, 3.0),
-        # a string after a secret word with no key shape: ``HF token hf...``
-        "near": Policy(None, False, 20, True, True, 3.0),
-    }
-)
-
-_AUTH_SCHEMES = frozenset({"basic", "bearer", "token", "digest", "negotiate", "apikey"})
-_TRIVIAL = frozenset(
-    {
-        "", "none", "null", "nil", "undefined", "true", "false", "yes", "no", "on", "off", "auto",
-        "default", "unset", "empty", "disabled", "enabled", "required", "optional", "n/a", "na",
-        "{}", "[]", "()", "''", '""', "-", "***", "...", "redacted",
-    }
-)  # fmt: skip
 
 
 class _Span(NamedTuple):
@@ -94,66 +72,6 @@ class _Span(NamedTuple):
     end: int
     value_start: int  # what is masked
     value_end: int
-
-
-def _normalise(key: str) -> str:
-    if "%" in key:
-        key = unquote(key)  # api%5Fkey
-    if not key.isascii():
-        key = unicodedata.normalize("NFKC", key)  # full-width letters
-    key = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key)
-    return re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_")
-
-
-def key_policy(key: str) -> Policy | None:
-    """The policy for a value under ``key``, or None when the name names no secret."""
-    if not SECRETISH.search(key):
-        return None
-    norm = _normalise(key)
-    if ENV_ONLY.fullmatch(norm):
-        return POLICIES["strong"] if key.upper() == key else None
-    for pattern, policy in KEY_SHAPES:
-        if pattern.fullmatch(norm):
-            return None if policy is None else POLICIES[policy]
-    return None
-
-
-_NUMBER = LazyPattern(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-_WORD = LazyPattern(r"[A-Za-z]{1,12}")
-_TOKENISH = LazyPattern(TOKEN_CHARS + r"+")
-_PIECES = LazyPattern(r"[/\-._:]+")
-
-
-_CLASSES = tuple(LazyPattern(p) for p in (r"[a-z]", r"[A-Z]", r"[0-9]", r"[^A-Za-z0-9]"))
-
-
-def _classes(s: str) -> int:
-    return sum(p.search(s) is not None for p in _CLASSES)
-
-
-def _entropy(s: str) -> float:
-    n = len(s)
-    return -sum(k / n * math.log2(k / n) for k in Counter(s).values())
-
-
-def is_secret(policy: Policy, value: str) -> bool:
-    """Whether ``value`` (quotes removed) is a secret under ``policy``."""
-    s = value.strip()
-    if s.lower() in _TRIVIAL or MASK in s or s.startswith("$") or set(s) <= {"*", "x", "X"}:
-        return False
-    if _NUMBER.fullmatch(s):
-        return policy.numbers_from is not None and sum(c.isdigit() for c in s) >= (
-            policy.numbers_from
-        )
-    if len(s) < policy.min_len or (not policy.words and _WORD.fullmatch(s)):
-        return False
-    if policy.tokenish and (not _TOKENISH.fullmatch(s) or _classes(s) < 2):
-        return False
-    if policy.names:
-        pieces = [p for p in _PIECES.split(s) if p]
-        if len(pieces) >= 2 and max(len(p) for p in pieces) <= 12:
-            return False  # Llama-3.1-8B-Instruct, a UUID, a dotted version
-    return _entropy(s) >= policy.entropy
 
 
 _REST = LazyPattern(r"""[^\s,;&'"(){}\[\]<>…\\]{1,65536}""")
@@ -183,7 +101,7 @@ def _judge(shape: Shape, m: re.Match[str], line: str) -> tuple[int, int] | None:
         group = next(g for g in _CLIENT_GROUPS if m.group(g) is not None)
         vs, ve = _unquoted(line, *m.span(group))
         inner = line[vs:ve]
-        if inner.lower() in _TRIVIAL or MASK in inner or _UID_GID.fullmatch(inner):
+        if inner.lower() in TRIVIAL or MASK in inner or _UID_GID.fullmatch(inner):
             return None  # docker -u 1000:1000 is a uid and a gid
         return (vs, ve) if ve > vs else None
     vs, ve = m.span("value")
@@ -203,7 +121,7 @@ def _judge(shape: Shape, m: re.Match[str], line: str) -> tuple[int, int] | None:
             policy = POLICIES["strong"]
         vs, ve = _unquoted(line, vs, ve)
         inner = line[vs:ve]
-        if inner.lower() in _AUTH_SCHEMES:
+        if inner.lower() in AUTH_SCHEMES:
             return None  # Authorization: Bearer …: the token after the scheme is the secret
         if value[:1] in "{[":  # a config blob or a list: masked whole under a secret name
             if value.replace(" ", "") in ("{}", "[]", "[None]") or policy.tokenish:
