@@ -15,17 +15,17 @@ from tests.conftest import FIXTURES
 
 COLOCATED = FIXTURES / "ray-verl" / "cotenant-rl-colocated.log"
 #: A veRL rollout's OOM as the Ray driver prints it (pytorch-oom.md, rl-colocation.md): the
-#: WorkerDict actor that hosts SGLang is the `Process 12504` NVML names; 4.34 GiB asked, 5.03 free.
+#: WorkerDict actor that hosts SGLang is the `Process 23817` NVML names; 3.12 GiB asked, 3.88 free.
 VERL_OOM = (
-    "(WorkerDict pid=12504) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.34 "
-    "GiB. GPU 0 has a total capacity of 94.50 GiB of which 5.03 GiB is free. Process 12504 has "
-    "14.34 GiB memory in use. Including non-PyTorch memory, this process has 73.62 GiB memory in "
-    "use. Of the allocated memory 67.44 GiB is allocated by PyTorch, with 169.99 MiB allocated in "
-    "private pools (e.g., CUDA Graphs), and 4.41 GiB is reserved by PyTorch but unallocated. If "
+    "(WorkerDict pid=23817) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.12 "
+    "GiB. GPU 0 has a total capacity of 79.15 GiB of which 3.88 GiB is free. Process 23817 has "
+    "11.20 GiB memory in use. Including non-PyTorch memory, this process has 70.12 GiB memory in "
+    "use. Of the allocated memory 63.05 GiB is allocated by PyTorch, with 120.50 MiB allocated in "
+    "private pools (e.g., CUDA Graphs), and 3.30 GiB is reserved by PyTorch but unallocated. If "
     "reserved but unallocated memory is large try setting "
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
     "for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n"
-    "(WorkerDict pid=12504) [2025-05-09 20:58:44] Received sigquit from a child process. It "
+    "(WorkerDict pid=23817) [2025-08-14 11:02:31] Received sigquit from a child process. It "
     "usually means the child failed.\n"
 )
 STOP = re.compile(r"(?i)\bstop (it|process|pid)\b|: stop it")
@@ -41,7 +41,7 @@ def test_the_ray_worker_hosting_the_server_is_not_stopped(tmp_path: Path) -> Non
     log = tmp_path / "rollout.log"
     log.write_text(VERL_OOM, "utf-8")
     data = report(log)
-    about = [a["text"] for a in data["actions"] if "12504" in a["text"]]
+    about = [a["text"] for a in data["actions"] if "23817" in a["text"]]
     assert about, data["actions"]
     for text in about:
         assert not STOP.search(text.split("so stopping it")[0]), text
@@ -62,6 +62,6 @@ def test_a_request_smaller_than_the_free_memory_is_explained(tmp_path: Path) -> 
     log = tmp_path / "rollout.log"
     log.write_text(VERL_OOM, "utf-8")
     summary = " ".join(report(log)["verdict"]["summary"].split())
-    assert "4.34 GiB was requested with 5.03 GiB free" in summary
+    assert "3.12 GiB was requested with 3.88 GiB free" in summary
     assert "fragmentation" in summary and "concurrent allocation" in summary
-    assert "4.41 GiB reserved but unallocated" in summary
+    assert "3.30 GiB reserved but unallocated" in summary

@@ -119,10 +119,10 @@ STAMP = "[2025-07-02 07:41:59 DP0 TP0] "
     ("line", "numbers"),
     [
         (
-            f"{STAMP}max_total_tokens=131072 is larger than the profiled value -561981. Use the "
+            f"{STAMP}max_total_tokens=65536 is larger than the profiled value -284113. Use the "
             "profiled value instead. This means the static share does not even cover the "
             "weights, so there is no room at all for the KV cache on this GPU with these settings.",
-            ("131072", "-561981"),
+            ("65536", "-284113"),
         ),
         (
             f"{STAMP}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.63 GiB. GPU 0 "
