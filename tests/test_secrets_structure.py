@@ -260,6 +260,7 @@ def test_a_snapshot_name_over_several_lines_is_masked_and_forges_no_line(tmp_pat
         ("ssh -p22 git@github.com; gcc -pthread -pipe; python -u train.py", "-pthread"),
         ("'random_seed': 42, seed=1234, 'num_tokens': 4096", "seed=1234"),
         ("https://git@github.com/org/repo.git", "https://git@github.com"),
+        ("docker run -u app:app img; python -u mod:func", "-u app:app img; python -u mod:func"),
     ],
 )
 def test_shapes_on_their_own(text: str, kept: str) -> None:

@@ -176,7 +176,8 @@ SHAPES = (
         "a client's password flag: curl -u user:pw, mysql -ppw, redis-cli -a pw, sshpass -p pw",
         "curl -u deploy:…  mysql -uroot -p…  redis-cli -a …  sshpass -p …",
         re.compile(
-            r"""(?:(?<![\w\-])(?:-u|--user)[ \t=]+['"]?[^\s:'"@]{1,64}:(?P<value>[^\s'"@]{1,256})"""
+            r"""(?:\bcurl\b[^\n|;&]{0,256}?[ \t](?:-u|--user)[ \t=]*['"]?[^\s:'"@]{1,64}:"""
+            r"""(?P<value>[^\s'"@]{1,256})"""
             r"""|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlsh|mariadb)\b[^\n|;&]{0,256}?"""
             r"""[ \t]-p"""
             + _CLIENT_VALUE.replace("value", "v2")
