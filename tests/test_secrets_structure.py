@@ -267,6 +267,20 @@ def test_shapes_on_their_own(text: str, kept: str) -> None:
     assert kept in mask(text)[0]
 
 
+def test_name_value_pairs_as_data_and_over_evidence_lines() -> None:
+    """In a report's data (a parsed env list) and over two consecutive evidence lines."""
+    from oomdoctor.report.redact import Redactor
+
+    env = [{"name": "HF_TOKEN", "value": "dataHfVal9Qw2"}, {"Name": "MODEL", "Value": "Qwen"}]
+    lines = [
+        {"source": "a.log", "line": 7, "text": "  - name: DB_PASSWORD"},
+        {"source": "a.log", "line": 8, "text": "    value: lineDbPw9Qw2"},
+    ]
+    clean = Redactor().walk({"env": env, "evidence": lines})
+    assert clean["env"] == [{"name": "HF_TOKEN", "value": MASK}, {"Name": "MODEL", "Value": "Qwen"}]
+    assert clean["evidence"][1]["text"] == f"    value: {MASK}"
+
+
 def test_a_pem_block_over_lines_is_masked_to_its_end() -> None:
     text = "key:\n-----BEGIN PRIVATE KEY-----\nAAAAbody1\nBBBBbody2\n-----END PRIVATE KEY-----\nok"
     out = mask(text)[0]

@@ -73,6 +73,23 @@ SHOWN = MappingProxyType(
 )
 
 
+_NAME_KEYS = ("name", "Name", "NAME", "key", "Key", "KEY")
+_VALUE_KEYS = frozenset({"value", "Value", "VALUE"})
+
+
+def _named_secret(d: dict[Any, Any]) -> bool:
+    """Whether ``d`` is a name/value pair whose name names a secret: a Kubernetes or ECS env
+    entry ``{"name": "HF_TOKEN", "value": "…"}``, an AWS tag ``{"Key": …, "Value": …}``."""
+    if not _VALUE_KEYS & d.keys():
+        return False
+    name = next((d[k] for k in _NAME_KEYS if k in d), None)
+    return isinstance(name, str) and key_policy(name) is not None
+
+
+def _filled(v: Any) -> bool:
+    return v not in (None, "", True, False) and not (isinstance(v, str) and MASK in v)
+
+
 def _is_line_ref(v: Any) -> bool:
     return isinstance(v, dict) and {"source", "line", "text"} <= v.keys()
 
@@ -123,9 +140,10 @@ class Redactor:
             return self._text(value, path)[0]
         if isinstance(value, dict):
             out = {}
+            named = _named_secret(value)
             for k, v in value.items():
                 here = (*path, str(k))
-                if self._field(k, v):
+                if self._field(k, v) or (named and k in _VALUE_KEYS and _filled(v)):
                     self.paths.append(here)
                     out[k] = MASK
                 else:
