@@ -179,6 +179,11 @@ def _open_repeats(items: Any) -> bool:
     return False
 
 
+def has_open_repeat(pattern: str) -> bool:
+    """Whether ``pattern`` has a repeat with no upper bound (``+``, ``*``, ``{n,}``)."""
+    return _open_repeats(sre_parse.parse(pattern))
+
+
 def capped(pattern: str) -> str:
     """``pattern`` with every open repeat (``+``, ``*``, ``{n,}``, outside a class) capped at CAP."""
     out: list[str] = []
@@ -234,7 +239,7 @@ def build(recorded: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]
             pattern = None if reason else capped(upstream)
             if pattern is not None and "IGNORECASE" in entry["flags"]:
                 pattern = f"(?i:{pattern})"
-            if pattern is not None and _open_repeats(sre_parse.parse(pattern)):
+            if pattern is not None and has_open_repeat(pattern):
                 reason, pattern = "an open repeat that could not be capped", None
             if pattern is None:
                 skipped.append({"id": ident, "source": source, "reason": str(reason)})
@@ -244,7 +249,7 @@ def build(recorded: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]
                 )
     for ident, extra in overrides.get("add", {}).items():
         pattern = str(extra["pattern"])
-        if _open_repeats(sre_parse.parse(pattern)) or literal_head(pattern) < 2:
+        if has_open_repeat(pattern) or literal_head(pattern) < 2:
             raise SystemExit(f"overrides.toml: {ident}: needs a literal prefix and capped repeats")
         shapes.append({"id": ident, "source": str(extra["source"]), "pattern": pattern})
     return {
@@ -260,6 +265,11 @@ def dumps(table: dict[str, Any]) -> str:
     return json.dumps(table, indent=1, ensure_ascii=False) + "\n"
 
 
+def load_overrides() -> dict[str, Any]:
+    """``tools/secret_shapes/overrides.toml``."""
+    return tomllib.loads(OVERRIDES.read_text("utf-8"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -269,8 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.source is not None:
         RECORDED.write_text(json.dumps(extract(args.source), indent=1) + "\n", "utf-8")
     recorded = json.loads(RECORDED.read_text("utf-8"))
-    overrides = tomllib.loads(OVERRIDES.read_text("utf-8"))
-    TABLE.write_text(dumps(build(recorded, overrides)), "utf-8")
+    TABLE.write_text(dumps(build(recorded, load_overrides())), "utf-8")
     print(f"wrote {TABLE.relative_to(ROOT)}", file=sys.stderr)
     return 0
 
