@@ -47,11 +47,6 @@ WRAPPER_GAPS: dict[tuple[str, str], str] = {
     ("sglang-0.5.23/vlm-post-sizing-reserve.log", "compose+wrap"): "two prefixes (compose "
     "around kubectl's times) and a wrap that cuts right after them: the prefix is not learned, "
     "so what the wrap carried off the bare prefixes is not joined back",
-    ("rl-colocation/vllm-sleep-alloc-then-torch-oom.log", "compose+wrap"): "compose around "
-    "vLLM's coloured `(Name pid=N)` prefix, wrapped counting the colour codes: the width is "
-    "read too wide",
-    ("vllm-0.10.1/startup-max-seq-len.log", "compose+wrap"): "compose around vLLM's coloured "
-    "`(Name pid=N)` prefix, wrapped counting the colour codes: the width is read too wide",
 }
 
 

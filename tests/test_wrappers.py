@@ -362,6 +362,19 @@ def test_a_hard_wrap_is_joined(
     assert _oom_line(incident) == next(i for i, ln in enumerate(lines) if "torch.Out" in ln) + 1
 
 
+def test_an_envelope_cut_off_behind_an_outer_prefix_is_bare() -> None:
+    """A hard wrap of a compose log can leave a line that is the service's prefix and vLLM's
+    envelope alone (the caret line that followed went to the next line): that line's message
+    was cut off, so what follows continues it, though the outer prefix is not learned yet."""
+    from oomdoctor.extract.wrapping import bare_envelope
+
+    envelope = "(EngineCore_0 pid=88) ERROR 11-02 07:41:19 [core.py:712]"
+    assert bare_envelope(envelope)
+    assert bare_envelope(f"api-server-1  | {envelope}")
+    assert not bare_envelope(f"api-server-1  | {envelope}   File \"/x/y.py\", line 3, in f")
+    assert not bare_envelope("api-server-1  | the model is loaded [core.py:712] ok")
+
+
 def test_a_plain_log_with_long_lines_is_not_joined(anchors: tuple[str, ...]) -> None:
     """Stats lines of one template share the longest length, records follow them: no wrap."""
     stats = [

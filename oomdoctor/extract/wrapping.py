@@ -210,9 +210,28 @@ def _mid_sentence(here: str, nxt: str) -> bool:
     )
 
 
+#: Where an outer prefix may end before a logger's envelope (`svc-1  | `, `host: `): tried at
+#: the first few spaces of a line.
+OUTER_SPACES = 6
+
+
 def bare_envelope(text: str) -> bool:
-    """A line that is a logger's envelope and nothing else: a hard wrap cut its message off."""
-    return bool(text.strip()) and known_at(text) and not envelope_text(text).strip()
+    """A line that is a logger's envelope and nothing else: a hard wrap cut its message off.
+    The envelope may sit behind an outer prefix not learned yet (compose's `svc-1  | `): a line
+    that ends in a whole envelope, with nothing after it, had its message cut off just the same."""
+    if not text.strip():
+        return False
+    if known_at(text) and not envelope_text(text).strip():
+        return True
+    at = 0
+    for _ in range(OUTER_SPACES):
+        at = text.find(" ", at) + 1
+        if at <= 0:
+            return False
+        rest = text[at:]
+        if rest[:1] != " " and known_at(rest) and not envelope_text(rest).strip():
+            return True
+    return False
 
 
 def _hard(lines: Sequence[str], bodies: Sequence[str]) -> tuple[int, Wrap] | None:
