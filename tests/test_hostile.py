@@ -113,7 +113,7 @@ def test_internal_error_is_short_unless_debug(monkeypatch: pytest.MonkeyPatch) -
     def boom(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("planted bug")
 
-    monkeypatch.setattr(pipeline, "run", boom)
+    monkeypatch.setattr(pipeline, "diagnose", boom)
     log = str(FIXTURES / "sglang-0.5.2" / "worked-example-y085.log")
     monkeypatch.setattr(sys, "argv", ["oomdoctor", "diagnose", log, "--no-gpu"])
     from oomdoctor.cli import main
@@ -131,7 +131,7 @@ def test_internal_error_message(tmp_path: Path) -> None:
     code = (
         "import sys; from oomdoctor import pipeline; from oomdoctor.cli import main\n"
         "def boom(*a, **k): raise ZeroDivisionError('planted bug')\n"
-        "pipeline.run = boom\n"
+        "pipeline.diagnose = boom\n"
         f"sys.argv = ['oomdoctor', 'diagnose', {str(FIXTURES / 'sglang-0.5.2' / 'worked-example-y085.log')!r}, '--no-gpu']\n"
         "main()\n"
     )
