@@ -133,3 +133,19 @@ def test_the_text_card_legend_names_what_the_bar_draws() -> None:
         named = set(re.findall(r"(?:^|; )(\S) \S", legend))
         assert named == drawn, (named, drawn, legend)
         assert all(len(line) <= 100 for line in row.splitlines())
+
+
+@pytest.mark.parametrize("columns", [64, 150])
+def test_piped_plan_text_honours_columns_without_trailing_spaces(columns: int) -> None:
+    """`plan`'s text through a pipe as `diagnose`'s: COLUMNS wide, no line ending in spaces;
+    a launch command stays on one line, to be copied whole."""
+    model = FIXTURES / "configs" / "meta-llama--Llama-3.1-8B-Instruct"
+    done = oomdoctor("plan", "--gpu", "L4", "--model", str(model), env={"COLUMNS": str(columns)})
+    lines = done.stdout.splitlines()
+    assert len(lines) > 5, done.stderr
+    assert [line for line in lines if line != line.rstrip()] == []
+    prose = [ln for ln in lines if " " in ln.strip() and "sglang.launch_server" not in ln]
+    assert max(len(line) for line in prose) <= columns
+    assert any(ln.strip().startswith("python -m sglang.launch_server") for ln in lines)
+    if columns == 150:
+        assert max(len(line) for line in lines) > 100

@@ -13,8 +13,7 @@ from oomdoctor.cli.common import (
     color_option,
     fail,
     format_option,
-    is_terminal,
-    terminal_width,
+    report_width,
     use_color,
     write_output,
     write_svg,
@@ -297,9 +296,10 @@ def plan(
         text = plan_report.render_markdown(data)
     else:
         to_stream = not output or output == "-"
-        width = terminal_width() if to_stream and is_terminal(sys.stdout) else 100
         text = plan_report.render_text(
-            data, color=to_stream and use_color(color, sys.stdout), width=max(width, 60)
+            data,
+            color=to_stream and use_color(color, sys.stdout),
+            width=report_width(sys.stdout, to_stream),
         )
     write_output(text, output)
     sys.exit(0 if exit_zero else EXIT_STATUS[result.verdict])

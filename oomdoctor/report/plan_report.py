@@ -171,11 +171,13 @@ def render_text(rep: dict[str, Any], color: bool = False, width: int = 100) -> s
     console.print()
     if rep.get("picture"):
         console.print(Text("The card", style="bold underline"))
-        console.print(Text(picture.bars(rep["picture"])), soft_wrap=True)
+        console.print(Text(picture.bars(rep["picture"], width)), soft_wrap=True)
         console.print()
     for note in rep["notices"]:
         console.print(Text(f"- {note}", style="dim"))
-    return buf.getvalue()
+    from oomdoctor.report.text import without_trailing_spaces
+
+    return without_trailing_spaces(buf.getvalue())
 
 
 def render_markdown(rep: dict[str, Any]) -> str:

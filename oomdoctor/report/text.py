@@ -298,6 +298,10 @@ def render(report: dict[str, Any], color: bool = False, width: int = 100) -> str
     footer += f"; {report['redactions']} secret(s) redacted"
     console.print(Text(footer, style="dim"))
     console.flush()
-    # rich pads a wrapped row with the space it broke at: no line ends in spaces (a pipe, a
-    # ticket, a diff of two reports), also before the colour reset
-    return _TRAILING.sub(r"\1", buf.getvalue())
+    return without_trailing_spaces(buf.getvalue())
+
+
+def without_trailing_spaces(text: str) -> str:
+    """rich pads a wrapped row with the space it broke at: no line ends in spaces (a pipe, a
+    ticket, a diff of two reports), also before the colour reset."""
+    return _TRAILING.sub(r"\1", text)
