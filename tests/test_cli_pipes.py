@@ -556,18 +556,20 @@ def test_watch_never_orphans_the_server_on_an_internal_error(tmp_path: Path) -> 
 
 
 def _failing_rule_dir(root: Path) -> Path:
-    """A rule whose `fire` fixture (relative to the rule file) does not make it fire."""
-    fixtures = root / "fixtures"
-    fixtures.mkdir()
-    shutil.copy(FIXTURES / "vllm-0.32.0" / "alloc-retry-then-oom.log", fixtures / "then-oom.log")
+    """A rule whose `fire` fixture (relative to the rule file, inside its directory, as a
+    --rules rule's fixtures must be) does not make it fire; ``root/fixtures`` is a directory
+    to run from."""
+    (root / "fixtures").mkdir()
     rule_dir = root / "myrules"
-    rule_dir.mkdir()
+    fixtures = rule_dir / "fixtures"
+    fixtures.mkdir(parents=True)
+    shutil.copy(FIXTURES / "vllm-0.32.0" / "alloc-retry-then-oom.log", fixtures / "then-oom.log")
     text = (REPO / "rules" / "allocator-retry.toml").read_text()
     head, _, _ = text.partition("[fixtures]")
     head = head.replace('id = "allocator-retry"', 'id = "my-retry"')
     (rule_dir / "my-retry.toml").write_text(
-        head + '[fixtures]\nfire = ["../fixtures/then-oom.log"]\n'
-        'silent = ["../fixtures/then-oom.log"]\n'
+        head + '[fixtures]\nfire = ["fixtures/then-oom.log"]\n'
+        'silent = ["fixtures/then-oom.log"]\n'
     )
     return rule_dir
 
@@ -584,7 +586,7 @@ def test_rules_test_relative_dir_reports_the_failure(
     proc = _run("rules", "test", arg, cwd=tmp_path / cwd)
     assert (proc.returncode, proc.stderr) == (1, "")
     lines = proc.stdout.splitlines()
-    fixture = tmp_path / "fixtures" / "then-oom.log"
+    fixture = rule_dir / "fixtures" / "then-oom.log"
     assert lines[0].split() == ["FAIL", "my-retry", "fire", str(fixture)]
     assert lines[1].strip().startswith("did not fire")
     assert lines[2].split() == ["ok", "my-retry", "silent", str(fixture)]
