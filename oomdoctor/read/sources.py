@@ -103,11 +103,28 @@ def open_source(name: str, stdin: BinaryIO | None = None) -> BinaryIO:
         raise InputError(f"{shown}: permission denied") from None
     except OSError as exc:
         raise InputError(f"{shown}: {exc.strerror or exc}") from None
-    why = _refused(stream, shown)
+    why = _device(stream, shown) or _refused(stream, shown)
     if why is not None:
         stream.close()
         raise InputError(why)
     return stream
+
+
+def _device(stream: BinaryIO, name: str) -> str | None:
+    """Why a device is not read as a log: /dev/zero or /dev/urandom never end (a terminal, a
+    pipe or a FIFO is read; they end when their writer does)."""
+    import os
+    import stat
+
+    try:
+        fd = stream.fileno()
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError):
+        return None
+    if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) and not os.isatty(fd):
+        kind = "a character device" if stat.S_ISCHR(mode) else "a block device"
+        return f"{name}: is {kind}, not a log file; refused"
+    return None
 
 
 def plain_file(path: Path) -> bool:
