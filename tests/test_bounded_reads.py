@@ -272,3 +272,36 @@ def test_rule_dir_files_must_be_regular(tmp_path: Path, name: str, kind: str) ->
     assert proc.returncode == 3, proc.stderr
     assert f"{name}:1: cannot read: is a" in proc.stderr
     assert "not a regular file" in proc.stderr
+
+
+def test_a_snapshot_fifo_without_a_writer_is_refused_at_once(tmp_path: Path) -> None:
+    from oomdoctor.gpu.loaders import load
+    from oomdoctor.gpu.snapshot import SnapshotError
+
+    fifo = tmp_path / "snap.xml"
+    os.mkfifo(fifo)
+    with pytest.raises(SnapshotError, match="a FIFO that no process writes to"):
+        load([fifo])
+
+
+def test_a_snapshot_from_a_pipe_is_read(tmp_path: Path) -> None:
+    """`--snapshot <(nvidia-smi -q -x)`: a pipe with a writer, read to its end."""
+    import threading
+
+    from oomdoctor.gpu.loaders import load
+
+    xml = (Path(__file__).parent.parent / "fixtures" / "snapshots" / "a100-mig.xml").read_bytes()
+    read_end, write_end = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(write_end, "wb") as fh:
+            fh.write(xml)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        snap = load([Path(f"/dev/fd/{read_end}")])
+    finally:
+        writer.join()
+        os.close(read_end)
+    assert snap.devices

@@ -97,6 +97,15 @@ def _read_pipe(fd: int, path: Path, limit: int, timeout: float) -> bytes:
     chunks: list[bytes] = []
     total = 0
     deadline = time.monotonic() + timeout
+    try:  # non-blocking: end of file at once means no process has it open for writing
+        first = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        first = None
+    if first == b"":
+        raise BoundedError(f"{path}: a FIFO that no process writes to; refused")
+    if first:
+        chunks.append(first)
+        total = len(first)
     while total <= limit:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
