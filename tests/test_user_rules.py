@@ -73,7 +73,8 @@ def test_a_verdict_from_a_user_rule_says_so_in_every_format(tmp_path: Path, fmt:
     result = CliRunner().invoke(
         cli, ["diagnose", str(GPU_FAULT), "--no-gpu", "--format", fmt, "--rules", str(rules)]
     )
-    shown = " ".join(result.stdout.replace("\\", "").split())  # wrapped text, Markdown escapes
+    # wrapped text; Markdown's escapes and code spans
+    shown = " ".join(result.stdout.replace("\\", "").replace("`", "").split())
     assert f"[user rule my-fault, from --rules {path}]" in shown
     if fmt == "json":
         verdict = json.loads(result.stdout)["verdict"]
