@@ -8,6 +8,8 @@ later stage divides by, converts or allocates from an infinity, a NaN or a 400-d
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 
 #: No GPU holds a million GiB (about a petabyte): a size beyond it is a misprint or an attack.
 MAX_GIB = 1e6
@@ -83,23 +85,25 @@ SIZE_NUMBER = r"\d{1,20}(?:[.,]\d{1,20}){0,6}(?:[eE][+-]?\d{1,3})?"
 #: binary units the engines mean by them (SGLang's `avail mem=... GB` is bytes / 2^30; PyTorch and
 #: vLLM print GiB); ``KB`` and ``kB`` are 10^3 bytes, as the SI prefix says.
 SIZE_UNIT = r"(?:bytes|[KMGTPE]iB|[kK]B|[MGTPE]B|B)"
-_BYTES = {
-    "bytes": 1,
-    "B": 1,
-    "KiB": 1 << 10,
-    "KB": 1000,
-    "kB": 1000,
-    "MiB": 1 << 20,
-    "MB": 1 << 20,
-    "GiB": 1 << 30,
-    "GB": 1 << 30,
-    "TiB": 1 << 40,
-    "TB": 1 << 40,
-    "PiB": 1 << 50,
-    "PB": 1 << 50,
-    "EiB": 1 << 60,
-    "EB": 1 << 60,
-}
+_BYTES: Mapping[str, int] = MappingProxyType(
+    {
+        "bytes": 1,
+        "B": 1,
+        "KiB": 1 << 10,
+        "KB": 1000,
+        "kB": 1000,
+        "MiB": 1 << 20,
+        "MB": 1 << 20,
+        "GiB": 1 << 30,
+        "GB": 1 << 30,
+        "TiB": 1 << 40,
+        "TB": 1 << 40,
+        "PiB": 1 << 50,
+        "PB": 1 << 50,
+        "EiB": 1 << 60,
+        "EB": 1 << 60,
+    }
+)
 
 
 def decimal(text: str) -> int | float | None:

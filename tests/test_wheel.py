@@ -203,7 +203,7 @@ def test_installed_wheel_diagnoses_a_fixture(installed: Path, tmp_path: Path) ->
             assert rep["verdict"]["category"] == "startup_kv_alloc"
             assert rep["budget"]["kv_gib"] == pytest.approx(-5.4, abs=0.005)
         elif fmt == "markdown":
-            assert proc.stdout.startswith("## oomdoctor: startup\\_kv\\_alloc")
+            assert proc.stdout.startswith("## oomdoctor: `startup_kv_alloc`")
 
 
 def test_installed_wheel_tests_its_own_rules(installed: Path, tmp_path: Path) -> None:

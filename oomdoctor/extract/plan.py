@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from oomdoctor.extract import jsonlines, order, shape, wrapping
+from oomdoctor.extract.joiner import Joiner
 from oomdoctor.extract.jsonlines import JsonPlan
 from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.extract.normalise import clean, known_at, normalise, outer_length
@@ -200,7 +201,7 @@ def _stripper(prefix: Template | None) -> Callable[[str], str]:
 def _starts(lines: Sequence[str], wrap: Wrap, prefix: Template | None) -> list[str]:
     """The sample's records, the pieces ``wrap`` broke them into joined."""
     out: list[str] = []
-    joiner = wrapping.Joiner(wrap, body_regex(prefix), lambda _n, text: out.append(text))
+    joiner = Joiner(wrap, body_regex(prefix), lambda _n, text: out.append(text))
     for n, line in enumerate(lines):
         joiner.push(n, line)
     joiner.close()

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from oomdoctor.extract import jsonlines
+from oomdoctor.extract.joiner import Joiner
 from oomdoctor.extract.lazy import LazyPattern
 from oomdoctor.extract.normalise import clean
 from oomdoctor.extract.plan import SAMPLE_BYTES, Plan, body_regex, detect
-from oomdoctor.extract.wrapping import Joiner
 from oomdoctor.read.decode import BLOCK_SIZE
 
 #: A pipe's newest-first lines are held up to this many bytes to be put back in order.

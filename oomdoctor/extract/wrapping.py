@@ -17,13 +17,12 @@ log's long lines are not joined: they are followed by records, or they are not a
 from __future__ import annotations
 
 import functools
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from oomdoctor.extract.lazy import LazyPattern
-from oomdoctor.extract.normalise import clean, known_at
+from oomdoctor.extract.normalise import known_at
 from oomdoctor.extract.normalise import normalise as _normalise
 
 #: Narrower than this is not a terminal or a mail client, wider is not either.
@@ -50,7 +49,7 @@ _EXCEPTION = LazyPattern(
 _QUALIFIED = LazyPattern(r"^[A-Za-z_][\w.]*$")
 _COMPLETE_FRAME = LazyPattern(r'^\s*File "[^"]*", line \d+, in \S+\s*$')
 _CALL = LazyPattern(r"^[\w.]+\(")
-_CARETS = LazyPattern(r"^\s*[\^~]+\s*$")
+CARETS = LazyPattern(r"^\s*[\^~]+\s*$")
 _STAMP_HEAD = LazyPattern(r"^\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
 
@@ -103,11 +102,11 @@ def envelope_text(text: str) -> str:
     return _normalise(text).text
 
 
-def _indent(text: str) -> int:
+def indent_of(text: str) -> int:
     return len(text) - len(text.lstrip(" "))
 
 
-def _first_word(text: str) -> int:
+def first_word(text: str) -> int:
     word = text.split(None, 1)
     return len(word[0]) if word else 0
 
@@ -156,7 +155,7 @@ def _soft(texts: Sequence[str], bodies: Sequence[str]) -> tuple[int, Wrap] | Non
     cuts = [
         i
         for i in range(len(texts) - 1)
-        if lengths[i] == width and _soft_cut(bodies[i], bodies[i + 1])
+        if lengths[i] == width and soft_cut(bodies[i], bodies[i + 1])
     ]
     # A terminal cuts anywhere: what follows a cut seldom starts with spaces. (A hard wrap that
     # indents its continuation lines can also pile them up at one length.)
@@ -173,10 +172,10 @@ def _soft(texts: Sequence[str], bodies: Sequence[str]) -> tuple[int, Wrap] | Non
     return None
 
 
-def _soft_cut(here: str, nxt: str) -> bool:
+def soft_cut(here: str, nxt: str) -> bool:
     """Whether a line at a terminal's width goes on in the next one: the next does not start a
     record, and is not the code line under a frame (a cut frame goes on unindented)."""
-    if _CARETS.match(nxt):  # the rest of a marker line cut in its indent, or in its marks
+    if CARETS.match(nxt):  # the rest of a marker line cut in its indent, or in its marks
         return here[-1:].isspace() or here[-1:] in "^~"
     if _QUALIFIED.match(envelope_text(here)) and _EXCEPTION.match(here.rsplit(" ", 1)[-1] + nxt):
         return True  # cut inside an exception's name (`torch.OutOf` / `MemoryError: `)
@@ -246,7 +245,7 @@ def _hard(lines: Sequence[str], bodies: Sequence[str]) -> tuple[int, Wrap] | Non
     # the lines it carried over without it, and look again.
     carried = {i + 1 for i in first[0]}
     shift = [
-        indent if n in carried or (_indent(b) == indent and not starts_record(b, False)) else 0
+        indent if n in carried or (indent_of(b) == indent and not starts_record(b, False)) else 0
         for n, b in enumerate(bodies)
     ]
     again = _hard_cuts(texts, bodies, shift)
@@ -286,122 +285,19 @@ def _hard_cuts(
     candidates: list[tuple[int, int]] = []  # (line, indent of the next)
     for i in range(len(texts) - 1):
         here, nxt = bodies[i], bodies[i + 1]
-        if _indent(nxt) and bare_envelope(here):
-            candidates.append((i, _indent(nxt)))
+        if indent_of(nxt) and bare_envelope(here):
+            candidates.append((i, indent_of(nxt)))
             continue
         if complete_frame(here) or starts_record(nxt, soft=False):
             continue
         if sizes[i] > width:
-            if _indent(nxt) and " " not in here.strip():  # a long word stood on its own
-                candidates.append((i, _indent(nxt)))
-        elif _CARETS.match(here):
+            if indent_of(nxt) and " " not in here.strip():  # a long word stood on its own
+                candidates.append((i, indent_of(nxt)))
+        elif CARETS.match(here):
             continue  # a marker line is never cut: nothing follows the carets
-        elif sizes[i] + 1 + _first_word(nxt) > width:
-            candidates.append((i, _indent(nxt)))
+        elif sizes[i] + 1 + first_word(nxt) > width:
+            candidates.append((i, indent_of(nxt)))
     if not candidates:
         return None
     indent, _ = Counter(ind for _, ind in candidates).most_common(1)[0]
     return [i for i, ind in candidates if ind == indent], indent, width
-
-
-class Joiner:
-    """Joins the pieces of wrapped records as lines stream past (``push``, then ``close``);
-    each finished record comes out with the number of its first physical line."""
-
-    def __init__(
-        self,
-        wrap: Wrap,
-        prefix: re.Pattern[str] | None,
-        emit: Callable[[int, str], None],
-        record: re.Pattern[str] | None = None,
-    ) -> None:
-        """``prefix``: what every physical line carries (the wrap's pieces too); ``record``:
-        the longer prefix that only the lines starting records carry, if any (a line that has
-        it starts a record)."""
-        self.wrap = wrap
-        self._prefix = prefix
-        self._record = record
-        self._emit = emit
-        self._number = 0
-        self._text: str | None = None  # the record so far
-        self._last = 0  # the measured length of its last physical piece
-        self._spaced = False  # whether that piece could have been broken at a space
-        self._pieces = 0
-
-    def _body(self, text: str) -> str:
-        for regex in (self._record, self._prefix):
-            m = regex.match(text) if regex is not None else None
-            if m is not None:
-                return text[m.end() :]
-        return text
-
-    def push(self, number: int, line: str) -> None:
-        """The next physical line (as read: colour codes are removed here)."""
-        text = clean(line)
-        hidden = 0 if self.wrap.shown else len(line) - len(text)
-        if not self.wrap.soft:
-            text = text.rstrip()
-        body = self._body(text)
-        if self._text is not None and self._bare_prefix(text, body) and self.wrap.indent:
-            self._text += " " + body.lstrip(" ")  # what a wrap cut off a prefix that stood alone
-            self._pieces += 1
-            self._measure(text, body, hidden, carried=True)
-            return
-        starts = self._record is not None and self._record.match(text) is not None
-        if self._text is not None and not starts and self._continues(body):
-            piece = body  # a piece that carries the prefix again leaves it out
-            joined = piece if self.wrap.soft else " " + piece.lstrip(" ")
-            self._text += joined
-            self._pieces += 1
-            self._measure(text, body, hidden, carried=True)
-            return
-        self.close()
-        self._number, self._text, self._pieces = number, text, 1
-        self._measure(text, body, hidden, carried=False)
-
-    def _measure(self, text: str, body: str, hidden: int, carried: bool) -> None:
-        """The last piece's length as the wrapper counted it (without the indent it added;
-        with the colour codes, where it counted them), and whether its body had a space to
-        break at."""
-        carried_indent = self.wrap.indent if carried and not self.wrap.soft else 0
-        self._last = len(body if self.wrap.body else text) + hidden - carried_indent
-        self._spaced = " " in body.strip()
-
-    def _bare_prefix(self, text: str, body: str) -> bool:
-        """A record that is its prefix alone, and an indented line without the prefix after
-        it: a hard wrap broke the line at the space after the prefix."""
-        assert self._text is not None
-        if self.wrap.soft or self._pieces != 1 or body is not text or not body.strip():
-            return False
-        if _indent(body) != self.wrap.indent:
-            return False
-        rest = self._body(self._text)
-        return rest is not self._text and not rest.strip()
-
-    def _continues(self, body: str) -> bool:
-        assert self._text is not None
-        wrap = self.wrap
-        if len(self._text) > MAX_RECORD:
-            return False
-        if wrap.soft:
-            return self._last == wrap.width and _soft_cut(self._body(self._text), body)
-        if _indent(body) != wrap.indent:
-            return False
-        if bare_envelope(self._body(self._text)):
-            return True
-        if starts_record(body, False, wrap.indent) or complete_frame(self._body(self._text)):
-            return False
-        if self._last > wrap.width and not self._spaced:
-            return True  # a word longer than the width stood on its own
-        if self._last > wrap.width + wrap.indent:
-            return False
-        if self._last > wrap.width:
-            return True  # the width was read low (the log's own indent taken for a carried one)
-        if _CARETS.match(self._text):
-            return False  # a marker line is never cut: nothing follows the carets
-        return self._last + 1 + _first_word(body) > wrap.width
-
-    def close(self) -> None:
-        if self._text is not None:
-            self._emit(self._number, self._text)
-        self._text = None
