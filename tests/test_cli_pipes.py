@@ -568,8 +568,7 @@ def _failing_rule_dir(root: Path) -> Path:
     head, _, _ = text.partition("[fixtures]")
     head = head.replace('id = "allocator-retry"', 'id = "my-retry"')
     (rule_dir / "my-retry.toml").write_text(
-        head + '[fixtures]\nfire = ["fixtures/then-oom.log"]\n'
-        'silent = ["fixtures/then-oom.log"]\n'
+        head + '[fixtures]\nfire = ["fixtures/then-oom.log"]\nsilent = ["fixtures/then-oom.log"]\n'
     )
     return rule_dir
 

@@ -371,7 +371,7 @@ def test_an_envelope_cut_off_behind_an_outer_prefix_is_bare() -> None:
     envelope = "(EngineCore_0 pid=88) ERROR 11-02 07:41:19 [core.py:712]"
     assert bare_envelope(envelope)
     assert bare_envelope(f"api-server-1  | {envelope}")
-    assert not bare_envelope(f"api-server-1  | {envelope}   File \"/x/y.py\", line 3, in f")
+    assert not bare_envelope(f'api-server-1  | {envelope}   File "/x/y.py", line 3, in f')
     assert not bare_envelope("api-server-1  | the model is loaded [core.py:712] ok")
 
 
