@@ -58,6 +58,17 @@ def test_the_ready_line_before_it(tmp_path: Path) -> None:
     assert phase(j) == ("running", 2)
 
 
+def test_the_omni_launchers_ready_line_before_it(tmp_path: Path) -> None:
+    """SGLang Omni 0.1.9's launcher says its own ready line after the warm-up request."""
+    ready = (
+        "2026-04-11 09:12:30,118 [INFO] sglang_omni.serve.launcher: Server warmup of 2 "
+        "request(s) finished in 3.4 s; the server is ready"
+    )
+    warmup = "[2026-04-11 09:12:27] Load weight end. elapsed=4.10 s, avail mem=30.12 GB"
+    j = judged(tmp_path, "\n".join([warmup, ready, oom()]))
+    assert phase(j) == ("running", 2)
+
+
 def test_serving_lines_say_running_without_a_ready_line(tmp_path: Path) -> None:
     j = judged(tmp_path, "\n".join([DECODE, oom()]))
     assert phase(j) == ("running", 1)

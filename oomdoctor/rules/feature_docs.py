@@ -11,7 +11,7 @@ FEATURE_DOCS: Mapping[str, str] = MappingProxyType(
         "engine": "sglang, sglang-omni, vllm, vllm-omni, vllm-ascend or null (cannot tell)",
         "engine.family": "sglang or vllm (whose flags the advice uses), or null",
         "recognised": "the input holds lines oomdoctor knows (an engine's, PyTorch's, a traceback)",
-        "ready": "the server printed `fired up and ready to roll`",
+        "ready": "the server printed its ready line (SGLang's `fired up and ready to roll`, Omni's `the server is ready`)",
         "failure.present": "the log shows a failure of any kind",
         "failure.kind": "kind of the diagnosed failure (cuda_oom, startup_kv_error, ...)",
         "failure.phase": "startup, warmup, running or unknown",

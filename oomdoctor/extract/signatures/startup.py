@@ -113,7 +113,12 @@ SIGNATURES: tuple[Signature, ...] = (
         + r") GB)?",
         _summary,
     ),
-    sig("ready", "fired up and ready to roll", r"The server is fired up and ready to roll"),
+    sig(  # SGLang's, and SGLang Omni 0.1.9's launcher after its warm-up (serve/launcher.py)
+        "ready",
+        ("fired up and ready to roll", "; the server is ready"),
+        r"The server is fired up and ready to roll"
+        r"|Server warmup of \d+ request\(s\) finished in [\d.]+ s; the server is ready",
+    ),
     sig(
         "mm_fraction_adjust",
         (
