@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from oomdoctor.cli.common import EXIT_OK, EXIT_OOM, emit_report, fail, say
 from oomdoctor.cli.gpu_state import after_capture, capture_fields, live_snapshotter
 from oomdoctor.cli.live_read import Interrupts, LiveReader, stop_notice
-from oomdoctor.cli.streams import silence
+from oomdoctor.cli.streams import silence, write_all
 
 
 class Report(NamedTuple):
@@ -177,10 +177,8 @@ class _Tee:
     def write(self, data: bytes) -> None:
         if self.fd is None:
             return
-        view = memoryview(data)
         try:
-            while view:
-                view = view[os.write(self.fd, view) :]
+            write_all(self.fd, data)
         except BrokenPipeError:
             self.fd = None
             silence(self.stream)

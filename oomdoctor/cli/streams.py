@@ -56,6 +56,14 @@ def silence(stream: Any) -> None:
             os.close(devnull)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data`` to ``fd`` (``os.write`` may take only part of it, on a pipe or a
+    terminal); a BrokenPipeError or other OSError goes to the caller."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_stream(stream: Any, text: str, name: str = "standard output") -> bool:
     """Write ``text`` to ``stream`` and flush it.
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, BinaryIO
 
+from oomdoctor.cli.streams import write_all
 from oomdoctor.incident.live import StreamParser
 from oomdoctor.model import Line
 
@@ -101,10 +102,8 @@ class _Writer:
     def write(self, data: bytes) -> None:
         if self.closed:
             return
-        view = memoryview(data)
         try:
-            while view:
-                view = view[os.write(self.fd, view) :]
+            write_all(self.fd, data)
         except BrokenPipeError:
             self.closed = True
         except OSError as exc:
