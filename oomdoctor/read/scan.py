@@ -23,7 +23,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from oomdoctor.read.cursor import Counted, Cursor
 from oomdoctor.read.frequent import RETRACTION_TEXT, Frequent
+from oomdoctor.read.rests import RestMemo
 from oomdoctor.read.stats import STATS_HEADS, StatsBlock, line_at, summarise
 from oomdoctor.read.trie import alternation
 
@@ -75,58 +77,11 @@ _BORING_SAMPLES = (
 )
 
 
-class Counted(NamedTuple):
-    """Retraction lines of one run that were counted instead of passed."""
-
-    after: int  # line index in the block of the run's last line (passed): they come before it
-    lines: int
-    requests: int  # their #retracted_reqs, summed
-
-
 class BlockScan(NamedTuple):
     newlines: int
     candidates: tuple[tuple[int, bytes], ...]  # (line index in the block, raw line)
     stats: StatsBlock | None
     retractions: tuple[Counted, ...] = ()
-
-
-class _Cursor:
-    """A line start whose index is known (the last candidate's, or the sub-block's start): the
-    next candidate's index is counted from there, not from the block's start."""
-
-    __slots__ = ("counted", "heads", "index", "offset", "run")
-
-    def __init__(self) -> None:
-        self.offset = 0
-        self.index = 0
-        #: the run of retraction lines held back: (index, line start, line end, #retracted_reqs,
-        #: offset and index of a known line start before it). Past the first RETRACTIONS_KEPT
-        #: the index is -1 until needed: only the run's last one is passed.
-        self.run: list[tuple[int, int, int, int, int, int]] = []
-        self.counted: list[Counted] = []
-        #: stats head → (searched up to, found at or -1): only new bytes are searched (last_head)
-        self.heads: dict[bytes, tuple[int, int]] = {}
-
-    def last_head(self, block: bytes, head: bytes, start: int) -> tuple[int, bool]:
-        """Where ``head`` last occurs before ``start``, and whether that is news (its line not
-        yet a candidate); out of order, the whole block is searched."""
-        searched, found = self.heads.get(head, (0, -1))
-        if start < searched:
-            return block.rfind(head, 0, start), True
-        at = block.rfind(head, max(searched - len(head) + 1, 0), start)
-        self.heads[head] = (start, at if at >= 0 else found)
-        return (at, at != found) if at >= 0 else (found, False)
-
-    def index_of(self, block: bytes, start: int) -> int:
-        """The index of the line starting at ``start`` (at or after the known one)."""
-        self.index += block.count(b"\n", self.offset, start)
-        self.offset = start
-        return self.index
-
-    def known(self, offset: int, index: int) -> None:
-        """A later line start whose index is known (a sub-block's start)."""
-        if offset > self.offset:
-            self.offset, self.index = offset, index
 
 
 class Scanner:
@@ -153,6 +108,7 @@ class Scanner:
         self._retractions_held = self._retractions_thin and bool(own)
         boring = [*STATS_HEADS] if self._stats_boring else []
         self._frequent = Frequent([*boring, ACCESS] if self._access_boring else boring)
+        self._anchored = RestMemo(self._encoded).anchored
 
     # -- the anchor test ---------------------------------------------------------------------
 
@@ -176,7 +132,7 @@ class Scanner:
         """Candidates and stats of a block of whole lines (it ends with a newline)."""
         search = self._search_for(block)
         candidates: dict[int, bytes] = {}
-        cursor = _Cursor()
+        cursor = Cursor()
         prefill = decode = newlines = 0
         pos, n = 0, len(block)
         while pos < n:  # sub-blocks of whole lines
@@ -187,6 +143,7 @@ class Scanner:
             p, d = block.count(STATS_HEADS[0], pos, end), block.count(STATS_HEADS[1], pos, end)
             cursor.known(pos, newlines)
             newlines, prefill, decode = newlines + lines, prefill + p, decode + d
+            cursor.stats = prefill + decode  # none yet: no candidate has stats lines before it
             if block[end - 1] != 10:  # a last line without its newline
                 lines += 1
             if not self._settled(block, pos, end, lines, p + d, search, candidates, cursor):
@@ -208,7 +165,7 @@ class Scanner:
         stats: int,
         search: Callable[[bytes], object],
         candidates: dict[int, bytes],
-        cursor: _Cursor,
+        cursor: Cursor,
     ) -> bool:
         """Whether C-level counts settle the sub-block: only stats and access lines, or only
         blank ones, or besides those only retraction lines (then tested one by one) and lines
@@ -244,7 +201,7 @@ class Scanner:
                 self._test(block, at, block[at:stop], search, candidates, cursor)
         return True
 
-    def _close_run(self, block: bytes, candidates: dict[int, bytes], cursor: _Cursor) -> None:
+    def _close_run(self, block: bytes, candidates: dict[int, bytes], cursor: Cursor) -> None:
         """The run of retraction lines held back ends (another candidate, or the block's end):
         pass its first few and its last, and count the ones between. Their stats context is
         not needed: nothing reads it but what the block's last stats lines set anyway."""
@@ -286,7 +243,7 @@ class Scanner:
         stop: int,
         search: Callable[[bytes], object],
         candidates: dict[int, bytes],
-        cursor: _Cursor,
+        cursor: Cursor,
     ) -> None:
         """Runs of boring lines are passed over by one regex match each; only the lines
         between them reach Python, each checked as a line of its own."""
@@ -307,7 +264,7 @@ class Scanner:
         line: bytes,
         search: Callable[[bytes], object],
         candidates: dict[int, bytes],
-        cursor: _Cursor,
+        cursor: Cursor,
     ) -> None:
         """One line (it starts at byte ``start``): a candidate if it is not boring and holds
         an anchor; then the stats lines just before it say what the server was doing."""
@@ -315,7 +272,7 @@ class Scanner:
             return
         if self._access_boring and ACCESS in line:
             return
-        if not search(line):
+        if not self._anchored(line, search):
             self._frequent.learn(line)
             return
         if self._retractions_thin:
@@ -334,7 +291,7 @@ class Scanner:
         stop: int,
         requests: int,
         search: Callable[[bytes], object],
-        cursor: _Cursor,
+        cursor: Cursor,
     ) -> bool:
         """Hold the retraction line between start and stop back in the current run, unless its
         envelope has an anchor (another matcher may want it: it is then tested as any other
@@ -352,12 +309,12 @@ class Scanner:
         return True
 
     def _add(
-        self, block: bytes, start: int, index: int, line: bytes, out: dict[int, bytes], cur: _Cursor
+        self, block: bytes, start: int, index: int, line: bytes, out: dict[int, bytes], cur: Cursor
     ) -> None:
         """A candidate, and the stats lines just before it: what the server was doing then. A
         traceback frame brings the source line printed under it (the code tells which class's
         method it is, knowledge/code.py), whatever that line holds."""
-        for head in STATS_HEADS if self._stats_boring else ():
+        for head in STATS_HEADS if self._stats_boring and cur.stats else ():
             at, news = cur.last_head(block, head, start)
             context = line_at(block, at, start, index) if news else None
             if context is not None:
@@ -377,7 +334,7 @@ class Scanner:
         stop: int,
         search: Callable[[bytes], object],
         candidates: dict[int, bytes],
-        cursor: _Cursor,
+        cursor: Cursor,
     ) -> None:
         """Small inputs: every line of the sub-block is checked (the skipping regex, like the
         alternation, would cost more to compile than it saves)."""
