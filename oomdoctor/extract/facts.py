@@ -9,7 +9,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from oomdoctor import units
-from oomdoctor.extract.normalise import normalise
+from oomdoctor.extract.fold import Folded, Folder
+from oomdoctor.extract.normalise import Envelope, InnerMemo, normalise
 from oomdoctor.model import Fact, Line, Scalar
 from oomdoctor.read.scan import Scanner
 
@@ -21,14 +22,22 @@ REFUSED = "_refused"
 REFUSED_SHOWN = 3
 #: Texts whose facts are remembered: a log of many workers prints each message once per worker.
 MEMO_SIZE = 4096
-#: What the extractor remembers of a text: its anchors, its facts (kind, data), its refusals.
-_Memo = tuple[set[str], tuple[tuple[str, Mapping[str, Scalar]], ...], tuple[str, ...]]
+#: What the extractor remembers of a text: its anchors, its facts (kind, data), its refusals,
+#: and its facts' kinds where a copy of it may be folded (fold.py; None: it may not).
+_Memo = tuple[
+    set[str],
+    tuple[tuple[str, Mapping[str, Scalar]], ...],
+    tuple[str, ...],
+    tuple[str, ...] | None,
+]
 #: The kind of every rule pattern's facts starts so (``pattern:<rule id>.<name>``).
 RULE_PATTERN = "pattern:"
 
 
 def _split_at(head: re.Pattern[str], segment: str) -> list[str]:
     """``segment`` cut before every record head that follows other (non-blank) text."""
+    if head.search(segment, 1) is None:  # most lines: one look
+        return [segment]
     cuts = [m.start() for m in head.finditer(segment, 1) if not segment[m.start() - 1].isspace()]
     if not cuts:
         return [segment]
@@ -137,6 +146,11 @@ class Extractor:
         self._frame_at: dict[int, int] = {}  # source -> the line number of its last frame
         #: text → (its anchors, its facts as (kind, data), the numbers it refused)
         self._memo: dict[str, _Memo] = {}
+        self._inner_memo: InnerMemo = {}  # normalise's: logger envelopes already parsed
+        #: past fold.FOLD_AFTER_PIDS processes, the repeated lines of further ones are folded;
+        #: the feeder sets ``folder.kept`` (what the assembler handles) and hands them on
+        self.folder = Folder()
+        self._again: list[tuple[Line, list[Fact]]] = []  # folded lines read after all
         self._order: dict[int, int] = {}
         self.disabled: dict[str, str] = {}  # kind → why
         self._refused: list[tuple[int, int, str]] = []
@@ -192,6 +206,12 @@ class Extractor:
         line is split there."""
         for number, data in candidates:
             raw = data.decode("utf-8", "replace")
+            if (
+                prefix is None
+                and number != self._frame_at.get(source, -2) + 1
+                and self.folder.known(source, number, raw, head)
+            ):
+                continue
             segments = raw.split("\r") if "\r" in raw else [raw]
             if head is not None:
                 segments = [p for seg in segments for p in _split_at(head, seg)]
@@ -201,15 +221,29 @@ class Extractor:
                     len(segments) > 1 and not code and not self.scanner.has_anchor(segment)
                 ):
                     continue
-                result = self._segment(source, number, index, segment, prefix)
+                whole = len(segments) == 1 and prefix is None
+                result = self._segment(source, number, index, segment, prefix, whole)
+                if self._again:
+                    yield from self._again
+                    self._again.clear()
                 if result is not None:
                     yield result
 
     def _segment(
-        self, source: int, number: int, index: int, segment: str, prefix: re.Pattern[str] | None
+        self,
+        source: int,
+        number: int,
+        index: int,
+        segment: str,
+        prefix: re.Pattern[str] | None,
+        whole: bool = False,
     ) -> tuple[Line, list[Fact]] | None:
-        env = normalise(segment, prefix)
+        env = normalise(segment, prefix, self._inner_memo)
         key = (source, env.actor_pid)
+        if env.actor_pid is not None and key not in self.folder.detailed:
+            self._fold_or_detail(source, number, index, segment, prefix, whole, env)
+            if key not in self.folder.detailed:
+                return None  # folded
         stream = self._streams.get(key)
         if stream is None:
             stream = self._streams[key] = _Stream()
@@ -220,7 +254,7 @@ class Extractor:
         if memo is None:
             anchors = self.scanner.anchors_in(text)
             if not anchors:  # a frame's code line, say: the next one like it is told at once
-                self._remember(text, (anchors, (), ()))
+                self._remember(text, anchors, (), ())
         else:
             anchors = memo[0]
         code = not anchors and number == self._frame_at.get(source, -2) + 1
@@ -251,6 +285,39 @@ class Extractor:
         if any(f.kind == "frame" for f in facts):
             self._frame_at[source] = number
         return (line, facts) if facts else None
+
+    def _fold_or_detail(
+        self,
+        source: int,
+        number: int,
+        index: int,
+        segment: str,
+        prefix: re.Pattern[str] | None,
+        whole: bool,
+        env: Envelope,
+    ) -> None:
+        """A line of a process not read in detail: fold it (fold.py), or read the process in
+        detail from now on, starting with its last folded line (``_again``)."""
+        assert env.actor_pid is not None
+        key = (source, env.actor_pid)
+        memo = self._memo.get(env.text)
+        kinds = memo[3] if memo is not None else None
+        if self.folder.fold(key, (env.actor, env.style), kinds, (number, index, segment)):
+            if whole and kinds is not None:  # a prefix and a text: its copies fold at once
+                self.folder.remember(segment, env.style, kinds)
+            return
+        again = self.folder.again(key)
+        if again is not None:  # the line before this one may open its traceback: read it
+            result = self._segment(source, again[0], again[1], again[2], prefix)
+            if result is not None:
+                self._again.append(result)
+                line = result[0]
+                memo = self._memo.get(line.text)
+                self.folder.unfold(key[1], line.actor, line.style, memo[3] if memo else None)
+
+    def take_folded(self) -> Folded | None:
+        """What was folded since the last call (None: nothing)."""
+        return self.folder.take()
 
     def _match(
         self, source: int, number: int, text: str, line: Line, anchors: set[str]
@@ -287,13 +354,20 @@ class Extractor:
             if found is not None:
                 facts.append(Fact(kind, line, found))
         if not budgeted and not self.disabled:
-            self._remember(text, (anchors, tuple((f.kind, f.data) for f in facts), tuple(refusals)))
+            self._remember(text, anchors, tuple((f.kind, f.data) for f in facts), tuple(refusals))
         return facts
 
-    def _remember(self, text: str, found: _Memo) -> None:
+    def _remember(
+        self,
+        text: str,
+        anchors: set[str],
+        facts: tuple[tuple[str, Mapping[str, Scalar]], ...],
+        refusals: tuple[str, ...],
+    ) -> None:
         if len(self._memo) >= MEMO_SIZE:
             self._memo.clear()
-        self._memo[text] = found
+        kinds = tuple(kind for kind, _ in facts)
+        self._memo[text] = (anchors, facts, refusals, self.folder.fold_kinds(kinds, bool(refusals)))
 
     def _refuse(self, source: int, number: int, what: str) -> None:
         self.refused_count += 1

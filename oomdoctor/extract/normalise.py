@@ -89,6 +89,29 @@ _TAG = LazyPattern(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(-?\d+)")
 _DIGITS = LazyPattern(r"-?\d+")
 
 
+class Inner(NamedTuple):
+    """What a logger envelope says: the message after it, and its style and fields."""
+
+    text: str
+    style: str | None = None
+    rank: str | None = None
+    ts: str | None = None
+    level: str | None = None
+    logger: str | None = None
+
+
+#: A caller's memo of _inner: the text after the outer prefixes → its Inner.
+InnerMemo = dict[str, Inner]
+#: Texts remembered at most (then the memo starts afresh), and the longest one remembered.
+MEMO_SIZE = 4096
+MEMO_TEXT = 1000
+#: The first characters of an outer prefix (a collector's time also starts with a digit).
+_OUTER_FIRST = frozenset("[(> ")
+_QUOTE_FIRST = frozenset("> ")
+#: A rank shorter than this holds no number beyond units.MAX_NUMBER (19 digits).
+_LONG_NUMBER = 19
+
+
 class Envelope(NamedTuple):
     text: str
     rank: str | None = None
@@ -103,15 +126,21 @@ class Envelope(NamedTuple):
 
 def clean(raw: str) -> str:
     """Remove ANSI sequences, NULs and other control characters (tabs are kept)."""
+    if raw.isprintable():  # every character removed is unprintable: most lines end here
+        return raw
     if "\x1b" in raw:
         raw = _ANSI.sub("", raw)
     return _CONTROL.sub("", raw)
 
 
-def normalise(raw: str, prefix: re.Pattern[str] | None = None) -> Envelope:
+def normalise(
+    raw: str, prefix: re.Pattern[str] | None = None, memo: InnerMemo | None = None
+) -> Envelope:
     """Split one physical line into its message and the envelope facts around it.
 
     ``prefix``: the template of the wrapper's prefix learned for this input (shape.py), if any.
+    ``memo``: the caller's memo of logger envelopes (text after the outer prefixes → what its
+    envelope said): the workers of one job print the same record, each behind its own prefix.
     """
     text = clean(raw).rstrip("\n")
     outer = _Outer()
@@ -120,27 +149,47 @@ def normalise(raw: str, prefix: re.Pattern[str] | None = None) -> Envelope:
         if m is not None and m.end():
             outer.learned(text[: m.end()])
             text = text[m.end() :]
-    for _ in range(8):  # outer prefixes nest at most a few deep
-        before = text
-        text = outer.peel(text)
-        if text == before:
-            break
+    text = _peel_all(text, outer)
     if "[repeated" in text:
         text = _RAY_REPEAT.sub("", text)
-    return _inner(text, outer)
+    if memo is None or len(text) > MEMO_TEXT:
+        return _env(*_inner(text), outer)
+    found = memo.get(text)
+    if found is None:
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        found = memo[text] = _inner(text)
+    return _env(*found, outer)
 
 
 def outer_length(text: str) -> int:
     """How much of a (clean) line the known outer prefixes take (`(Name pid=N) `, `[rankN]: `,
     a quote, a collector's time), 0 if none."""
-    rest = text
-    outer = _Outer()
+    return len(text) - len(_peel_all(text, _Outer()))
+
+
+def _peel_all(text: str, outer: _Outer) -> str:
+    """``text`` without its known outer prefixes (they nest at most a few deep)."""
     for _ in range(8):
-        before = rest
-        rest = outer.peel(rest)
-        if rest == before:
+        first = text[:1]
+        if not first or (first not in _OUTER_FIRST and not first.isdigit()):
+            break  # no outer prefix starts so (a superset of the digits \d matches)
+        before = text
+        text = outer.peel(text)
+        if text == before:
             break
-    return len(text) - len(rest)
+    return text
+
+
+def actor_prefix(head: str) -> tuple[str, int] | None:
+    """(name, PID) when ``head`` is exactly a `(Name pid=N)` process prefix, as normalise reads
+    it (a PID beyond units.MAX_NUMBER is none); else None."""
+    m = _RAY.match(head)
+    if m is None or m.end() != len(head):
+        return None
+    actor, digits = m.group("actor", "pid")
+    pid = int(digits) if len(digits) < _LONG_NUMBER else integer(digits)
+    return None if pid is None else (actor, pid)
 
 
 def known_at(text: str) -> bool:
@@ -149,7 +198,7 @@ def known_at(text: str) -> bool:
     text = clean(text)
     if _RAY.match(text) or _TORCH_RANK.match(text) or _SGLANG_GPU.match(text):
         return True
-    return _inner(text, _Outer()).enveloped
+    return _inner(text)[1] is not None
 
 
 class _Outer:
@@ -170,28 +219,32 @@ class _Outer:
             self.ts = self.ts or m.group().replace("T", " ")
 
     def peel(self, text: str) -> str:
-        m = _COLLECTOR_TS.match(text)
+        # Each prefix is only tried where the text starts as it must (a pattern's first
+        # character; a collector's time may start with any digit \d matches).
+        first = text[:1]
+        m = _COLLECTOR_TS.match(text) if first == "[" or first.isdigit() else None
         if m:
             self.ts = self.ts or m.group("ts").replace("T", " ").rstrip("Z")
             text = text[m.end() :]
-        m = _RAY.match(text)
+        m = _RAY.match(text) if text[:1] == "(" else None
         if m:
-            self.actor_pid = integer(m.group("pid"))
-            self.actor = m.group("actor")
-            self.actor_rank = _actor_rank(m.group("actor")) or self.actor_rank
+            pid, actor = m.group("pid", "actor")
+            self.actor_pid = int(pid) if len(pid) < _LONG_NUMBER else integer(pid)
+            self.actor = actor
+            self.actor_rank = _actor_rank(actor) or self.actor_rank
             text = text[m.end() :]
-        m = _TORCH_RANK.match(text)
+        m = _TORCH_RANK.match(text) if text[:1] == "[" else None
         if m:
             self.actor_rank = self.actor_rank or f"TP{m.group('rank')}"
             text = text[m.end() :]
-        m = _QUOTE.match(text)
+        m = _QUOTE.match(text) if text[:1] in _QUOTE_FIRST else None
         if m:
             text = text[m.end() :]
         return text
 
 
 def _actor_rank(actor: str) -> str | None:
-    if " " not in actor:
+    if " " not in actor or ("TP" not in actor and "rank=" not in actor):
         return None
     m = _ACTOR_RANK.search(actor)
     if m is None:
@@ -203,16 +256,21 @@ def _actor_rank(actor: str) -> str | None:
 
 def _env(
     text: str,
-    outer: _Outer,
     style: str | None,
-    rank: str | None = None,
-    ts: str | None = None,
-    level: str | None = None,
-    logger: str | None = None,
+    rank: str | None,
+    ts: str | None,
+    level: str | None,
+    logger: str | None,
+    outer: _Outer,
 ) -> Envelope:
-    """An Envelope with the outer prefixes' facts; ``style`` None means no logger envelope."""
+    """An Envelope: what the logger envelope said (_inner), with the outer prefixes' facts;
+    ``style`` None means no logger envelope."""
     rank = rank or outer.actor_rank
-    if rank is not None and any(integer(n) is None for n in _DIGITS.findall(rank)):
+    if (
+        rank is not None
+        and len(rank) >= _LONG_NUMBER
+        and any(integer(n) is None for n in _DIGITS.findall(rank))
+    ):
         rank = None  # numbered beyond any cluster (units.MAX_NUMBER): not a rank
     return Envelope(
         text=text,
@@ -227,7 +285,8 @@ def _env(
     )
 
 
-def _inner(text: str, outer: _Outer) -> Envelope:
+def _inner(text: str) -> Inner:
+    """What the logger's envelope at the start of ``text`` says (style None: none found)."""
     first = text[:1]
     if first == "[":
         m = _SGLANG.match(text) or _SGLANG_NOYEAR.match(text)
@@ -238,16 +297,15 @@ def _inner(text: str, outer: _Outer) -> Envelope:
         if m:
             ts, ms = m.group("ts"), m.groupdict().get("ms")
             stamp = f"{ts}.{ms}" if ms else ts
-            return _env(text[m.end() :], outer, style, _rank(m.group("tags")), stamp)
+            return Inner(text[m.end() :], style, _rank(m.group("tags")), stamp)
         m = _TORCH_CPP.match(text)
         if m:
-            return _env(text[m.end() :], outer, "torch-cpp", level=_LEVELS[m.group("sev")])
+            return Inner(text[m.end() :], "torch-cpp", level=_LEVELS[m.group("sev")])
         m = _ASCEND.match(text)
         if m:
             rank = integer(m.group("rank"))
-            return _env(
+            return Inner(
                 text[m.end() :],
-                outer,
                 "ascend",
                 rank=f"TP{rank}" if rank is not None and rank >= 0 else None,
                 ts=m.group("ts"),
@@ -259,9 +317,7 @@ def _inner(text: str, outer: _Outer) -> Envelope:
             logger = m.group("logger")
             style = "omni-sglang" if logger.startswith(_SGLANG_LOGGERS) else "omni"
             stamp = f"{m.group('ts')}.{m.group('ms')}"
-            return _env(
-                text[m.end() :], outer, style, ts=stamp, level=m.group("level"), logger=logger
-            )
+            return Inner(text[m.end() :], style, ts=stamp, level=m.group("level"), logger=logger)
     elif first in "DIWECF":
         m = _VLLM.match(text)
         if m is not None:
@@ -274,9 +330,8 @@ def _inner(text: str, outer: _Outer) -> Envelope:
             style = "glog"
         if m:
             gd = m.groupdict()
-            return _env(
+            return Inner(
                 text[m.end() :],
-                outer,
                 style,
                 ts=gd.get("ts"),
                 level=gd.get("level") or _LEVELS.get(gd.get("sev") or ""),
@@ -284,8 +339,8 @@ def _inner(text: str, outer: _Outer) -> Envelope:
             )
     m = _RECORD_AFTER.match(text) if first not in " \t" else None
     if m is not None:
-        return _env(text[m.end() :], outer, None)
-    return _env(text, outer, None)
+        return Inner(text[m.end() :])
+    return Inner(text)
 
 
 def _rank(tags: str) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from oomdoctor.extract.fold import FOLDED_HANDLED, KEPT_KINDS, Folded, fold_notice
 from oomdoctor.extract.signatures.startup import parse_pairs, parse_server_args
 from oomdoctor.incident import failures as fail
 from oomdoctor.incident.detect import Detector
@@ -31,6 +32,8 @@ MAX_REFUSED_ARGS = 3
 #: Streams (one per source and PID) kept however little they hold; past twice as many, the
 #: older ones that hold nothing but their last line are forgotten.
 MAX_IDLE_STREAMS = 4096
+#: Fact kinds that are parts of other facts, or read elsewhere: not kept or counted as facts.
+UNKEPT = frozenset({"oom_part", "stats", "marker", "code"})
 
 
 class Assembler:
@@ -58,6 +61,8 @@ class Assembler:
         self._failures = FailureRecorder(self.knowledge, self._detector)
         self._handlers = self._make_handlers()
         self._refused_args: list[str] = []  # `key=text` of settings outside the physical range
+        self._folded_lines = 0  # lines counted, not assembled (extract/fold.py)
+        self._folded_processes = 0  # ... and the processes they came from
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -109,6 +114,21 @@ class Assembler:
             stream.last_line = line
         return stream
 
+    def unfoldable(self) -> frozenset[str]:
+        """Fact kinds whose every line must be assembled (extract/fold.py): what fold.py keeps,
+        and every kind with a handler here (it changes the launch or the stream)."""
+        return KEPT_KINDS | (frozenset(self._handlers) - FOLDED_HANDLED)
+
+    def add_folded(self, folded: Folded) -> None:
+        """Lines that were counted, not assembled (extract/fold.py)."""
+        counts = self._launch.counts
+        for kind, lines in folded.kinds().items():
+            if kind not in UNKEPT and kind != "frame":  # as _fact counts them
+                counts[kind] = counts.get(kind, 0) + lines
+        self._detector.folded(folded)
+        self._folded_lines += folded.lines
+        self._folded_processes += folded.processes
+
     def _forget_idle(self) -> None:
         """Keep the MAX_IDLE_STREAMS most recent streams; of the older ones, those holding
         nothing but their last line go (a log of 100k worker PIDs would keep one each)."""
@@ -140,7 +160,7 @@ class Assembler:
         if kind == "server_args":
             self._server_args(fact)
             return
-        if kind in ("oom_part", "stats", "marker", "code"):
+        if kind in UNKEPT:
             if kind == "stats":
                 self._launch.stats.line(fact)
             return
@@ -318,6 +338,8 @@ class Assembler:
                 "settings outside the physical range were ignored (an infinity, NaN, or beyond "
                 f"64 bits): {'; '.join(self._refused_args)}"
             )
+        if self._folded_lines:
+            notices.append(fold_notice(self._folded_lines, self._folded_processes))
         if detected.rival:
             notices.append(
                 f"the log also looks like {detected.rival}; read as {detected.engine} "

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from oomdoctor.extract.fold import Folded
 from oomdoctor.knowledge import FAMILY, EngineMarker, Knowledge
 from oomdoctor.model import Frame, Line
 from oomdoctor.rules.clock import PatternClock
@@ -21,6 +23,8 @@ from oomdoctor.rules.clock import PatternClock
 MAX_EVIDENCE = 3
 #: Process names whose engine markers are remembered (a name per worker rank can be 100k).
 ACTOR_CACHE = 4096
+#: Every ASCII digit of a process name → 0 (the key of its cached markers).
+_ZERO_DIGITS = MappingProxyType({ord(d): "0" for d in "123456789"})
 
 
 class Detected(NamedTuple):
@@ -82,16 +86,17 @@ class Detector:
         self._frame = [m for m in markers if m.where == "frame"]
         self._tally: dict[str, _Tally] = {}
         self._actor_cache: dict[str, tuple[EngineMarker, ...]] = {}
+        self._digit_blind = not any(c.isdigit() for m in self._actor for c in m.match)
         #: PIDs of `(Name pid=N)` prefixes and the role their name gives (engine or driver).
         self.actor_roles: dict[int, str] = {}
 
     # -- votes --------------------------------------------------------------------------------
-    def _vote(self, marker: EngineMarker, line: Line | None, what: str) -> None:
+    def _vote(self, marker: EngineMarker, line: Line | None, what: str, lines: int = 1) -> None:
         tally = self._tally.get(marker.engine)
         if tally is None:
             tally = self._tally[marker.engine] = _Tally()
         tally.score = max(tally.score, marker.strength)
-        tally.count += 1
+        tally.count += lines
         if line is not None and len(tally.lines) < MAX_EVIDENCE and line not in tally.lines:
             tally.lines.append(line)
             tally.notes.append(what)
@@ -112,13 +117,29 @@ class Detector:
                 if m.match in text:
                     self._vote(m, line, f"`{m.match}` (line {line.number})")
 
+    def folded(self, folded: Folded) -> None:
+        """The votes of lines counted, not assembled (extract/fold.py): their envelopes' and
+        process names' votes, and the role each name gives its PID."""
+        for style, lines in folded.styles().items():
+            for m in self._envelope.get(style, ()):
+                self._vote(m, None, "", lines)
+        for pid, (actor, lines) in folded.actors.items():
+            for m in self._actor_markers(actor):
+                self._vote(m, None, "", lines)
+                if m.role:
+                    self.actor_roles.setdefault(pid, m.role)
+
     def _actor_markers(self, actor: str) -> tuple[EngineMarker, ...]:
-        found = self._actor_cache.get(actor)
+        # `VllmWorker rank=N`: one name per rank. Where no actor regex holds a digit, a name's
+        # digits cannot change what matches (\d, \w and [0-9] match any): they are all 0 in
+        # the key, so the 100k names of 100k ranks are one entry.
+        key = actor.translate(_ZERO_DIGITS) if self._digit_blind else actor
+        found = self._actor_cache.get(key)
         if found is None:
             found = tuple(m for m in self._actor if self._actor_matches(m, actor))
-            if len(self._actor_cache) >= ACTOR_CACHE:  # `VllmWorker rank=N`: one name per rank
+            if len(self._actor_cache) >= ACTOR_CACHE:
                 self._actor_cache.clear()
-            self._actor_cache[actor] = found
+            self._actor_cache[key] = found
         return found
 
     def _actor_matches(self, marker: EngineMarker, actor: str) -> bool:
