@@ -209,7 +209,7 @@ class Extractor:
             if (
                 prefix is None
                 and number != self._frame_at.get(source, -2) + 1
-                and self.folder.known(source, number, raw, head)
+                and self.folder.known(source, number, raw, head, self._fold_kinds)
             ):
                 continue
             segments = raw.split("\r") if "\r" in raw else [raw]
@@ -314,6 +314,11 @@ class Extractor:
                 line = result[0]
                 memo = self._memo.get(line.text)
                 self.folder.unfold(key[1], line.actor, line.style, memo[3] if memo else None)
+
+    def _fold_kinds(self, text: str) -> tuple[str, ...] | None:
+        """The kinds a message folds as, where it was read before (None: it does not fold)."""
+        memo = self._memo.get(text)
+        return memo[3] if memo is not None else None
 
     def take_folded(self) -> Folded | None:
         """What was folded since the last call (None: nothing)."""

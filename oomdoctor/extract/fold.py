@@ -19,9 +19,9 @@ whose input was folded says so in a notice (assemble.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from oomdoctor.extract.normalise import actor_prefix
+from oomdoctor.extract.normalise import actor_prefix, worker_record
 from oomdoctor.knowledge.kinds import FAILURE_KINDS
 
 #: Processes (source, PID) read in detail before a further one's repeated lines are folded.
@@ -48,9 +48,11 @@ PREFIX_MAX = 200
 REST_MEMO = 4096
 REST_MAX = 2000
 
-#: The last folded line of a process: its number, segment index, text (its prefix and the
-#: text after it, which is shared by every copy), and how many of its lines were folded.
-_Last = tuple[int, int, str, str, int]
+#: The last folded line of a process (100k of them are kept, so they are small): its number
+#: and segment index as ``number << 8 | index``, negative while it is the process's only folded
+#: line, and its text in two parts (its prefix, and the text after it, shared by the copies
+#: where it repeats).
+_Last = tuple[int, str, str]
 
 
 def fold_notice(lines: int, processes: int) -> str:
@@ -131,7 +133,9 @@ class Folder:
         self.folded = Folded()
         #: the text after a `(Name pid=N) ` prefix → (style, kinds) it folded as (remember)
         self._rests: dict[str, tuple[str | None, tuple[str, ...], str]] = {}
-        self._last: dict[tuple[int, int], _Last] = {}
+        self._hits = 0  # copies folded from _rests since it was last cleared
+        self._remembering = True
+        self._last: dict[int, dict[int, _Last]] = {}  # source → PID → its last folded line
 
     def fold_kinds(self, kinds: tuple[str, ...], refused: bool) -> tuple[str, ...] | None:
         """The kinds a line with these facts folds as (None: it is never folded)."""
@@ -166,22 +170,28 @@ class Folder:
         head: str,
         rest: str,
     ) -> None:
-        last = self._last.get(key)
-        if last is None:
+        lasts = self._last.get(key[0])
+        if lasts is None:
+            lasts = self._last[key[0]] = {}
+        first = key[1] not in lasts
+        if first:
             self.folded.processes += 1
-        self._last[key] = (number, index, head, rest, last[4] + 1 if last else 1)
+        code = number << 8 | min(index, 255)
+        lasts[key[1]] = (-code - 1 if first else code, head, rest)
         self.folded.add(key[1], actor, style, kinds)
 
     def again(self, key: tuple[int, int]) -> tuple[int, int, str] | None:
         """A process now read in detail: its last folded line (number, segment index, text),
         to be read as every line is. The caller takes its fold back (``unfold``) once it has
         read it."""
-        last = self._last.pop(key, None)
+        last = self._last.get(key[0], {}).pop(key[1], None)
         if last is None:
             return None
-        if last[4] == 1:
+        code, head, rest = last
+        if code < 0:  # its only folded line: the process was not folded after all
             self.folded.processes -= 1
-        return last[0], last[1], last[2] + last[3]
+            code = -code - 1
+        return code >> 8, code & 255, head + rest
 
     def unfold(
         self, pid: int, actor: str | None, style: str | None, kinds: tuple[str, ...] | None
@@ -194,31 +204,55 @@ class Folder:
         """A folded line that is exactly a `(Name pid=N) ` prefix and a text: the text (all
         that normalising and matching it depends on) → what a copy behind another such prefix
         folds as. Only printable lines: nothing is cleaned out of them first."""
+        if not self._remembering:
+            return
         cut = line.find(") ", 1, PREFIX_MAX) + 1
         if cut <= 0 or len(line) - cut > REST_MAX or not line.isprintable():
             return
         if actor_prefix(line[:cut]) is None:
             return
         if len(self._rests) >= REST_MEMO:
+            if self._hits < REST_MEMO // 4:  # the texts hardly repeat (each has its time)
+                self._remembering = False
             self._rests.clear()
+            self._hits = 0
         rest = line[cut:]  # from the space: one object, shared by the copies' _last entries
         self._rests[rest[1:]] = (style, kinds, rest)
 
-    def known(self, source: int, number: int, raw: str, head: re.Pattern[str] | None) -> bool:
-        """Fold a whole line whose text after its `(Name pid=N) ` prefix folded before (and
-        whose process is not read in detail) without normalising it again; True when folded.
-        The caller leaves out lines the full path would cut (``\\r``) or read as code."""
-        if not self._rests or raw[:1] != "(" or "\r" in raw:
+    def known(
+        self,
+        source: int,
+        number: int,
+        raw: str,
+        head: re.Pattern[str] | None,
+        kinds_of: Callable[[str], tuple[str, ...] | None],
+    ) -> bool:
+        """Fold a whole line of a process not read in detail without normalising it again,
+        where its text after the `(Name pid=N) ` prefix folded before, or where it is a vLLM
+        record (normalise.worker_record) whose message folds (``kinds_of``); True when folded.
+        The caller leaves out lines the full path would read as code; lines it would cut
+        (``\\r``, a record head inside) are left to it here."""
+        if raw[:1] != "(" or "\r" in raw or len(self.detailed) < FOLD_AFTER_PIDS:
+            return False
+        if head is not None and head.search(raw, 1) is not None:
             return False
         cut = raw.find(") ", 1, PREFIX_MAX) + 1
-        known = self._rests.get(raw[cut + 1 :]) if cut > 0 else None
-        if known is None or (head is not None and head.search(raw, 1) is not None):
+        known = self._rests.get(raw[cut + 1 :]) if cut > 0 and self._rests else None
+        if known is not None:
+            named = actor_prefix(raw[:cut])
+            if named is None or (source, named[1]) in self.detailed:
+                return False
+            style, kinds, rest = known
+            self._hits += 1
+            self._add((source, named[1]), named[0], style, kinds, number, 0, raw[:cut], rest)
+            return True
+        record = worker_record(raw)
+        if record is None or (source, record[1]) in self.detailed:
             return False
-        named = actor_prefix(raw[:cut])
-        if named is None or (source, named[1]) in self.detailed:
+        found = kinds_of(record[3])
+        if found is None:
             return False
-        style, kinds, rest = known
-        self._add((source, named[1]), named[0], style, kinds, number, 0, raw[:cut], rest)
+        self._add((source, record[1]), record[0], record[2], found, number, 0, raw, "")
         return True
 
     def take(self) -> Folded | None:

@@ -70,6 +70,9 @@ _VLLM = LazyPattern(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
     r"(?:\.\d+)? \[?(?P<src>[\w.\-]+:\d+)\] ?"
 )
+#: A worker prefix and vLLM's envelope in one pattern (worker_record): the prefix can only end
+#: at the line's first `)`, so the split is the one peeling it first gives.
+_WORKER_RECORD = LazyPattern(_RAY.pattern + _VLLM.pattern[1:])
 _PYLOG = LazyPattern(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.\-]+):")
 #: c10's C++ logger (pytorch-oom.md §5.5), after any `[rankN]:`: `[W812 16:00:28.64 file.cpp:N] `.
 _TORCH_CPP = LazyPattern(
@@ -190,6 +193,21 @@ def actor_prefix(head: str) -> tuple[str, int] | None:
     actor, digits = m.group("actor", "pid")
     pid = int(digits) if len(digits) < _LONG_NUMBER else integer(digits)
     return None if pid is None else (actor, pid)
+
+
+def worker_record(line: str) -> tuple[str, int, str, str] | None:
+    """(name, PID, envelope style, message) of a printable line that is a `(Name pid=N) `
+    prefix and a vLLM record (`INFO 05-01 10:00:05 [file.py:N] message`), read exactly as
+    normalise reads it (one match of the two patterns joined); None for any other line."""
+    m = _WORKER_RECORD.match(line)
+    if m is None or "[repeated" in line or not line.isprintable():
+        return None
+    actor, digits = m.group("actor", "pid")
+    pid = int(digits) if len(digits) < _LONG_NUMBER else integer(digits)
+    if pid is None:
+        return None
+    style = "vllm" if "[" in line[m.start("level") : m.end()] else "vllm-old"
+    return actor, pid, style, line[m.end() :]
 
 
 def known_at(text: str) -> bool:
