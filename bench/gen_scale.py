@@ -6,6 +6,8 @@ the real ones (../shared/reference/vllm-logs.md, pytorch-oom.md):
 
 - ``pids``: N vLLM workers ``(VllmWorker rank=R pid=P)``, each with its start-up lines, and an
   ``(EngineCore_0 pid=P)`` core; the last worker fails with a CUDA OOM (~390 bytes per PID).
+- ``pids_timed``: the same, with the clock running: ten workers a second (vLLM's envelope has
+  second resolution), so the lines after the prefix do not repeat exactly.
 - ``ranks``: N SGLang ranks ``[… TP{n}]`` printing memory lines, then one rank's OOM.
 - ``tracebacks``: N short tracebacks (a warning with a stack each), then the OOM.
 - ``chains``: one traceback of N ``During handling of the above exception…`` links, ending in
@@ -57,6 +59,18 @@ def pids(n: int) -> Iterator[str]:
         yield f"{p} {VLLM_HEAD} Starting to load model Qwen/Qwen2.5-7B-Instruct...\n"
         yield f"{p} INFO 05-01 10:00:05 [gpu_model_runner.py:1329] Model loading took 14.25 GiB and 5.1 seconds\n"
         yield f"{p} INFO 05-01 10:00:09 [gpu_worker.py:227] Available KV cache memory: 52.11 GiB\n"
+    yield from _vllm_tail(f"(VllmWorker rank={max(n - 1, 0)} pid={1000 + max(n - 1, 0)})")
+
+
+def pids_timed(n: int) -> Iterator[str]:
+    yield f"(EngineCore_0 pid=100) {VLLM_HEAD} Initializing a V1 LLM engine (v0.8.5)\n"
+    for i in range(n):
+        p = f"(VllmWorker rank={i} pid={1000 + i})"
+        t = i // 10
+        clock = f"05-01 {10 + t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d}"
+        yield f"{p} INFO {clock} [gpu_worker.py:96] Starting to load model Qwen/Qwen2.5-7B-Instruct...\n"
+        yield f"{p} INFO {clock} [gpu_model_runner.py:1329] Model loading took 14.25 GiB and 5.1 seconds\n"
+        yield f"{p} INFO {clock} [gpu_worker.py:227] Available KV cache memory: 52.11 GiB\n"
     yield from _vllm_tail(f"(VllmWorker rank={max(n - 1, 0)} pid={1000 + max(n - 1, 0)})")
 
 
@@ -144,6 +158,7 @@ def snapshot(n: int) -> dict[str, object]:
 
 LOGS: dict[str, Callable[[int], Iterator[str]]] = {
     "pids": pids,
+    "pids_timed": pids_timed,
     "ranks": ranks,
     "tracebacks": tracebacks,
     "chains": chains,
