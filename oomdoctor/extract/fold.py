@@ -25,7 +25,7 @@ from oomdoctor.extract.normalise import actor_prefix, worker_record
 from oomdoctor.knowledge.kinds import FAILURE_KINDS
 
 #: Processes (source, PID) read in detail before a further one's repeated lines are folded.
-FOLD_AFTER_PIDS = 4096
+FOLD_AFTER_PIDS = 2048
 #: Facts whose every copy matters, besides every kind the assembler handles (it passes its
 #: table, ``Folder.kept``): tracebacks and their parts, launch settings, SGLang's batch
 #: statistics (each goes into the stats summary), and every failure. (An OOM message's pieces,

@@ -275,13 +275,14 @@ class Scanner:
         if not self._anchored(line, search):
             self._frequent.learn(line)
             return
-        if self._retractions_thin:
+        if self._retractions_thin and b"KV cache pool" in line:  # the regex's own words
             m = RETRACTION.fullmatch(line)
             if m is not None and self._hold(
                 block, start, start + len(line), int(m[1]), search, cursor
             ):
                 return
-        self._close_run(block, candidates, cursor)
+        if cursor.run:
+            self._close_run(block, candidates, cursor)
         self._add(block, start, cursor.index_of(block, start), line, candidates, cursor)
 
     def _hold(
