@@ -1,4 +1,4 @@
-"""Beyond a few thousand worker processes, their repeated records are counted, not assembled.
+"""Beyond 2,048 worker processes, their repeated records are counted, not assembled.
 
 The workers of one job print the same records: every vLLM worker its `Model loading took ...`
 and `Available KV cache memory: ...`, each behind its own `(VllmWorker rank=N pid=P)` prefix.
@@ -9,11 +9,14 @@ take minutes (issue 22 §3).
 
 So once FOLD_AFTER_PIDS processes have been read in detail, a line of a further process is
 *folded* when its text is one already read from another process and yields only context facts
-(no failure, no traceback part, no launch settings): it is counted by fact kind, and its PID
-and process name are kept, so that the PID still counts as this server's (detect.py
-``actor_roles``) and the engine votes it would have cast are cast. Any other line of such a
-process is read as every line is, and the process is read in detail from then on. A report
-whose input was folded says so in a notice (assemble.py).
+(no failure, no traceback part, no launch settings, nothing the assembler handles): it is
+counted by fact kind, and its PID and process name are kept, so that the PID still counts as
+this server's (detect.py ``actor_roles``) and the engine votes it would have cast are cast. Any
+other line of such a process is read as every line is, and the process is read in detail from
+then on, starting with its last folded line, read again and its fold taken back: the line
+before a traceback places it (incident/tracebacks.py, judge/phase.py). tests/test_fold.py reads
+logs with and without folding and finds the same incident. A report whose input was folded says
+so in a notice (assemble.py).
 """
 
 from __future__ import annotations
