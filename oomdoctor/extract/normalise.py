@@ -184,6 +184,12 @@ def _peel_all(text: str, outer: _Outer) -> str:
     return text
 
 
+def _pid(digits: str) -> int | None:
+    """A prefix's `pid=` digits as a number (units.integer, without its checks where the digits
+    are too few to leave the range)."""
+    return int(digits) if len(digits) < _LONG_NUMBER else integer(digits)
+
+
 def actor_prefix(head: str) -> tuple[str, int] | None:
     """(name, PID) when ``head`` is exactly a `(Name pid=N)` process prefix, as normalise reads
     it (a PID beyond units.MAX_NUMBER is none); else None."""
@@ -191,7 +197,7 @@ def actor_prefix(head: str) -> tuple[str, int] | None:
     if m is None or m.end() != len(head):
         return None
     actor, digits = m.group("actor", "pid")
-    pid = int(digits) if len(digits) < _LONG_NUMBER else integer(digits)
+    pid = _pid(digits)
     return None if pid is None else (actor, pid)
 
 
@@ -203,7 +209,7 @@ def worker_record(line: str) -> tuple[str, int, str, str] | None:
     if m is None or "[repeated" in line or not line.isprintable():
         return None
     actor, digits = m.group("actor", "pid")
-    pid = int(digits) if len(digits) < _LONG_NUMBER else integer(digits)
+    pid = _pid(digits)
     if pid is None:
         return None
     style = "vllm" if "[" in line[m.start("level") : m.end()] else "vllm-old"
@@ -247,7 +253,7 @@ class _Outer:
         m = _RAY.match(text) if text[:1] == "(" else None
         if m:
             pid, actor = m.group("pid", "actor")
-            self.actor_pid = int(pid) if len(pid) < _LONG_NUMBER else integer(pid)
+            self.actor_pid = _pid(pid)
             self.actor = actor
             self.actor_rank = _actor_rank(actor) or self.actor_rank
             text = text[m.end() :]
